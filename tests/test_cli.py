@@ -1,0 +1,104 @@
+"""`edge-rt translate` end to end with the default pack, and its named errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from edge_rt.audio.files import read_audio, resample
+from edge_rt.stages.asr import Asr
+
+
+def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "edge_rt", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=600)
+
+
+def _no_traceback(proc: subprocess.CompletedProcess) -> None:
+    assert "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_missing_audio_file(tmp_path):
+    proc = run_cli("translate", str(tmp_path / "nope.wav"), "--to", "pt")
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
+    _no_traceback(proc)
+
+
+def test_corrupt_audio_file(tmp_path):
+    bad = tmp_path / "bad.wav"
+    bad.write_bytes(b"RIFF....WAVEjunkjunkjunk")
+    proc = run_cli("translate", str(bad), "--to", "pt")
+    assert proc.returncode == 2 and "cannot decode" in proc.stderr
+    _no_traceback(proc)
+
+
+def test_pack_not_built_says_how_to_build(tmp_path, speech_dir):
+    proc = run_cli("translate", str(speech_dir / "en_jfk.wav"), "--to", "pt",
+                   env={"EDGE_RT_ENGINES": str(tmp_path)})
+    assert proc.returncode == 2
+    assert "python tools/build_engines.py --pack default" in proc.stderr
+    _no_traceback(proc)
+
+
+def test_unknown_target_language(default_pack, speech_dir, tmp_path):
+    proc = run_cli("translate", str(speech_dir / "en_jfk.wav"), "--to", "xx", "-o", str(tmp_path / "o.wav"))
+    assert proc.returncode == 2 and "speaks en, pt" in proc.stderr
+    assert not (tmp_path / "o.wav").exists()
+    _no_traceback(proc)
+
+
+def test_unknown_source_language(default_pack, speech_dir, tmp_path):
+    proc = run_cli("translate", str(speech_dir / "en_jfk.wav"), "--to", "pt", "--from", "qq",
+                   "-o", str(tmp_path / "o.wav"))
+    assert proc.returncode == 2 and "'qq'" in proc.stderr
+    _no_traceback(proc)
+
+
+@pytest.fixture(scope="module")
+def back_asr(default_pack):
+    return Asr.from_pack(default_pack)
+
+
+def _speech_in(path: Path) -> np.ndarray:
+    data, rate = sf.read(path, dtype="float32")
+    assert rate in (16000, 22050)
+    assert np.sqrt(np.mean(data**2)) > 0.01, "the output is silent"
+    return resample(data, rate)
+
+
+def test_english_to_portuguese(default_pack, speech_dir, tmp_path):
+    out = tmp_path / "jfk.pt.wav"
+    proc = run_cli("translate", str(speech_dir / "en_jfk.wav"), "--to", "pt", "-o", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["output"] == str(out)
+    utts = result["utterances"]
+    assert utts and all(u["lang"] == "en" for u in utts)
+    assert {"start_s", "end_s", "lang", "text", "translation"} <= set(utts[0])
+    text = " ".join(u["text"] for u in utts).lower()
+    translation = " ".join(u["translation"] for u in utts).lower()
+    assert "country" in text
+    assert "país" in translation  # "your country" → "seu país"
+    _speech_in(out)
+
+
+def test_french_to_english_speech(default_pack, speech_dir, tmp_path, back_asr):
+    out = tmp_path / "fr.en.wav"
+    proc = run_cli("translate", str(speech_dir / "fr_fleurs_test_005.wav"), "--to", "en", "-o", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    utts = json.loads(proc.stdout)["utterances"]
+    assert utts and utts[0]["lang"] == "fr"
+    spoken = " ".join(u["translation"] for u in utts)
+    # The WAV holds English speech: transcribe it back and find the translation's words.
+    back = back_asr.transcribe(_speech_in(out))
+    assert back.language == "en"
+    said = {w.strip(".,!?").lower() for w in spoken.split()}
+    heard = {w.strip(".,!?").lower() for w in back.text.split()}
+    assert len(said & heard) >= 0.5 * len(said), (spoken, back.text)
