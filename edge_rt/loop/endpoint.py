@@ -1,0 +1,173 @@
+"""The utterance state machine: VAD probabilities in, start/end events out.
+
+Pure logic over numbers (one call per 32 ms frame), so it is tested without
+audio. Time is the capture ring's sample index.
+
+* **Adaptive threshold**: the noise floor is tracked as the running mean and
+  deviation of the VAD probability on non-speech frames; speech must exceed
+  ``max(base_threshold, mu + alpha * sigma)`` (capped at ``max_threshold``),
+  so steady noise that lifts the VAD's output does not open utterances.
+* **Hangover**: an utterance ends after ``hangover_ms`` of frames below the
+  threshold minus ``neg_offset``.
+* **Pre-roll**: an utterance starts ``preroll_ms`` before its first speech frame
+  so the first phoneme is not cut.
+* **Maximum length**: an utterance longer than ``max_utterance_s`` is split at
+  the least speech-like frame of its last ``split_search_s``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from edge_rt.units import SAMPLE_RATE, VAD_FRAME, VAD_FRAME_MS
+
+
+@dataclass(frozen=True)
+class EndpointOptions:
+    base_threshold: float = 0.5  # speech probability that opens an utterance in quiet conditions
+    max_threshold: float = 0.85  # the adaptive threshold never exceeds this
+    alpha: float = 3.0  # threshold = mu + alpha * sigma of non-speech probabilities
+    noise_window_s: float = 5.0  # time constant of the noise-floor statistics
+    neg_offset: float = 0.15  # speech continues while p >= threshold - neg_offset
+    start_frames: int = 2  # consecutive speech frames that open an utterance (64 ms)
+    hangover_ms: int = 288  # silence that ends an utterance (9 frames)
+    preroll_ms: int = 192  # audio kept before the first speech frame
+    max_utterance_s: float = 28.0  # split longer speech (fits Whisper's 30 s window with pre-roll)
+    split_search_s: float = 4.0  # where to look for the quietest point when splitting
+
+    def __post_init__(self):
+        if not 0.0 < self.base_threshold <= self.max_threshold < 1.0:
+            raise ValueError("need 0 < base_threshold <= max_threshold < 1, got "
+                             f"{self.base_threshold} and {self.max_threshold}")
+        if self.hangover_ms < VAD_FRAME_MS:
+            raise ValueError(f"hangover_ms must be at least one frame ({VAD_FRAME_MS} ms), got {self.hangover_ms}")
+        if self.split_search_s >= self.max_utterance_s:
+            raise ValueError("split_search_s must be shorter than max_utterance_s")
+        if self.start_frames < 1:
+            raise ValueError(f"start_frames must be >= 1, got {self.start_frames}")
+
+    @property
+    def hangover_frames(self) -> int:
+        return max(1, math.ceil(self.hangover_ms / VAD_FRAME_MS))
+
+    @property
+    def preroll_samples(self) -> int:
+        return int(self.preroll_ms * SAMPLE_RATE / 1000)
+
+    @property
+    def max_frames(self) -> int:
+        return int(self.max_utterance_s * 1000 / VAD_FRAME_MS)
+
+    @property
+    def search_frames(self) -> int:
+        return int(self.split_search_s * 1000 / VAD_FRAME_MS)
+
+
+class Event(NamedTuple):
+    kind: str  # "start" | "end"
+    sample: int  # start: first sample of the utterance (pre-roll included); end: one past its last speech sample
+    reason: str = ""  # end: "silence" | "max_length" | "flush"
+
+
+class Endpointer:
+    """Feed one VAD probability per frame; get utterance start/end events.
+
+    ``frame_index`` ``i`` covers samples ``[512 i, 512 (i + 1))``. No
+    allocation per frame beyond the small event tuples it returns.
+    """
+
+    def __init__(self, options: EndpointOptions = EndpointOptions()):
+        self.options = options
+        self._decay = 1.0 - 1.0 / max(1.0, options.noise_window_s * 1000 / VAD_FRAME_MS)
+        self.reset()
+
+    def reset(self) -> None:
+        self.in_speech = False
+        self._mu = 0.05  # prior: a quiet room
+        self._var = 0.05**2
+        self._run = 0  # consecutive frames above threshold while silent
+        self._silence = 0  # consecutive frames below the continuation level while in speech
+        self._start_frame = 0
+        self._last_speech_frame = -1
+        # probabilities of the current utterance's recent frames (for max-length splits),
+        # a preallocated circular window indexed by frame number
+        self._recent = np.ones(self.options.search_frames, dtype=np.float32)
+
+    @property
+    def threshold(self) -> float:
+        o = self.options
+        return min(o.max_threshold, max(o.base_threshold, self._mu + o.alpha * math.sqrt(self._var)))
+
+    def _track_noise(self, p: float) -> None:
+        d = self._decay
+        delta = p - self._mu
+        self._mu += (1 - d) * delta
+        self._var = d * (self._var + (1 - d) * delta * delta)
+
+    def push(self, frame_index: int, p: float) -> list[Event]:
+        o = self.options
+        thr = self.threshold
+        events: list[Event] = []
+        if not self.in_speech:
+            if p >= thr:
+                self._run += 1
+                if self._run >= o.start_frames:
+                    first = frame_index - self._run + 1
+                    self._open(first)
+                    events.append(Event("start", max(0, first * VAD_FRAME - o.preroll_samples)))
+            else:
+                self._run = 0
+                self._track_noise(p)
+            return events
+        self._remember(frame_index, p)
+        if p >= thr - o.neg_offset:
+            self._silence = 0
+            self._last_speech_frame = frame_index
+        else:
+            self._silence += 1
+            if self._silence >= o.hangover_frames:
+                events.append(Event("end", (self._last_speech_frame + 1) * VAD_FRAME, "silence"))
+                self._close()
+                return events
+        if frame_index - self._start_frame + 1 >= o.max_frames:
+            cut = self._quietest(frame_index)
+            events.append(Event("end", cut * VAD_FRAME, "max_length"))
+            events.append(Event("start", cut * VAD_FRAME))
+            self._open(cut)
+        return events
+
+    def flush(self, frame_index: int) -> list[Event]:
+        """End an open utterance (end of stream)."""
+        if not self.in_speech:
+            return []
+        end = (self._last_speech_frame + 1) * VAD_FRAME
+        self._close()
+        return [Event("end", end, "flush")]
+
+    def _open(self, first_frame: int) -> None:
+        self.in_speech = True
+        self._start_frame = first_frame
+        self._last_speech_frame = first_frame
+        self._silence = 0
+        self._run = 0
+        self._recent[:] = 1.0
+
+    def _close(self) -> None:
+        self.in_speech = False
+        self._silence = 0
+        self._run = 0
+
+    def _remember(self, frame_index: int, p: float) -> None:
+        self._recent[frame_index % len(self._recent)] = p
+
+    def _quietest(self, now: int) -> int:
+        """Frame index of the lowest probability in the search window ending at ``now`` (latest on ties)."""
+        n = len(self._recent)
+        # window frames now-n+1 .. now, laid out circularly
+        order = (np.arange(now - n + 1, now + 1)) % n
+        k = int(np.argmin(self._recent[order][::-1]))
+        return now - k
