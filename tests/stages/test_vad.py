@@ -10,7 +10,7 @@ import pytest
 
 from edge_rt.audio.files import read_audio
 from edge_rt.build.packs import PackSpec, cache_dir, obtain_wheel
-from edge_rt.stages.segment import speech_segments
+from edge_rt.loop.endpoint import Endpointer
 from edge_rt.stages.vad import SileroVad
 from edge_rt.units import VAD_CONTEXT, VAD_FRAME
 
@@ -63,15 +63,27 @@ def test_streaming_equals_whole_clip(vad, speech_dir):
 def test_silence_has_no_speech(vad):
     probs = vad.probabilities(np.zeros(16000 * 3, np.float32))
     assert probs.max() < 0.1
-    assert speech_segments(probs, 16000 * 3) == []
+    assert _utterances(probs) == []
 
 
 def test_two_utterances_are_two_segments(vad, speech_dir):
     # Two FLEURS sentences joined with 350 ms of silence (see the data README).
     audio = read_audio(speech_dir / "zh_fleurs_1805_1830_concat.wav")
-    segs = speech_segments(vad.probabilities(audio), len(audio))
+    segs = _utterances(vad.probabilities(audio))
     assert len(segs) == 2
-    assert segs[0].end <= segs[1].start
+    assert segs[0][1] <= segs[1][0]
+
+
+def _utterances(probs) -> list[tuple[int, int]]:
+    ep, out, start = Endpointer(), [], None
+    for i, p in enumerate(probs):
+        for e in ep.push(i, float(p)):
+            if e.kind == "start":
+                start = e.sample
+            else:
+                out.append((start, e.sample))
+    out += [(start, e.sample) for e in ep.flush(len(probs))]
+    return out
 
 
 def test_wrong_frame_size_is_named(vad):

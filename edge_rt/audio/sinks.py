@@ -1,0 +1,151 @@
+"""Where translated speech goes: a device (see devices.py) or a file.
+
+A sink takes float32 mono samples at its own rate. Ring-backed sinks
+back-pressure the synthesizer (``write`` returns how much it accepted) and
+report when the first sample of each utterance reaches the device, so the
+trace can stamp ``first_output``.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import Callable, Protocol
+
+import numpy as np
+
+from edge_rt.audio.ring import Ring
+
+PLAYBACK_RING = 1 << 18  # ~5.9 s at 44.1 kHz, 16 s at 16 kHz
+
+
+class Sink(Protocol):
+    rate: int
+
+    def write(self, samples: np.ndarray) -> int:
+        """Queue samples; returns how many were accepted (the rest must be offered again)."""
+        ...
+
+    def mark(self, on_first_output: Callable[[int], None]) -> None:
+        """Call ``on_first_output(t_ns)`` when the next sample written reaches the device."""
+        ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def pending(self) -> int:
+        """Samples written but not yet played."""
+        ...
+
+
+class RingSink:
+    """Playback ring + markers; a device callback or a paced thread drains it with :meth:`consume`."""
+
+    def __init__(self, rate: int, capacity: int = PLAYBACK_RING):
+        self.rate = rate
+        self.ring = Ring(capacity, policy="reject")
+        self._marks: collections.deque[tuple[int, Callable[[int], None]]] = collections.deque()
+
+    def write(self, samples: np.ndarray) -> int:
+        return self.ring.write(samples)
+
+    def mark(self, on_first_output: Callable[[int], None]) -> None:
+        self._marks.append((self.ring.written, on_first_output))
+
+    def pending(self) -> int:
+        return self.ring.available()
+
+    def consume(self, out: np.ndarray, t_ns: int) -> None:
+        """Fill ``out`` (silence on underrun, counted); ``t_ns`` is when out[0] is heard."""
+        first, n = self.ring.read_into(out, fill_silence=True)
+        while self._marks and self._marks[0][0] < first + n:
+            index, callback = self._marks.popleft()
+            offset = max(0, index - first)
+            callback(t_ns + offset * 1_000_000_000 // self.rate)
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+class PacedFileSink(RingSink):
+    """Plays into memory at real-time pace from a thread, like a speaker; ``audio()`` returns the recording."""
+
+    def __init__(self, rate: int, block: int | None = None, capacity: int = PLAYBACK_RING):
+        super().__init__(rate, capacity)
+        self._block = block or rate // 50  # 20 ms
+        self._chunks: list[np.ndarray] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="paced-sink", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(2.0)
+
+    def audio(self) -> np.ndarray:
+        return np.concatenate(self._chunks) if self._chunks else np.zeros(0, np.float32)
+
+    def _run(self) -> None:
+        t0 = time.monotonic_ns()
+        period_ns = self._block * 1_000_000_000 // self.rate
+        k = 0
+        while not self._stop.is_set():
+            due = t0 + k * period_ns
+            delay = (due - time.monotonic_ns()) / 1e9
+            if delay > 0:
+                time.sleep(delay)
+            out = np.empty(self._block, np.float32)
+            self.consume(out, time.monotonic_ns())
+            self._chunks.append(out)
+            k += 1
+
+
+class TimelineSink:
+    """Writes each utterance into an output track at the capture clock's current time (fast file mode).
+
+    Nothing is ever refused; an utterance that would overlap the previous one
+    starts after it, with ``gap_s`` of silence.
+    """
+
+    def __init__(self, rate: int, now_s: Callable[[], float], gap_s: float = 0.25):
+        self.rate = rate
+        self._now_s = now_s
+        self._gap = int(gap_s * rate)
+        self._pieces: list[tuple[int, np.ndarray]] = []
+        self._cursor = 0
+        self._open = False  # inside an utterance: samples continue where the last ones ended
+
+    def mark(self, on_first_output: Callable[[int], None]) -> None:
+        self._open = False
+        start = max(int(self._now_s() * self.rate), self._cursor + (self._gap if self._pieces else 0))
+        self._cursor = start
+        on_first_output(time.monotonic_ns())  # "played" the moment it is placed: no device in between
+
+    def write(self, samples: np.ndarray) -> int:
+        self._pieces.append((self._cursor, samples.copy()))
+        self._cursor += len(samples)
+        return len(samples)
+
+    def pending(self) -> int:
+        return 0
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def audio(self, min_seconds: float = 0.0) -> np.ndarray:
+        total = max(self._cursor, int(min_seconds * self.rate))
+        track = np.zeros(total, np.float32)
+        for start, piece in self._pieces:
+            track[start : start + len(piece)] = piece
+        return track

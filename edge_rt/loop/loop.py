@@ -1,0 +1,276 @@
+"""The real-time loop: capture ring → VAD → endpointer → ASR → MT → TTS → playback.
+
+One worker thread owns the engines and the stage state; audio callbacks only
+copy into or out of rings. Each iteration takes one 32 ms hop from the capture
+ring, runs the VAD and the endpointer, and does at most one piece of heavier
+work (a partial decode, the final decode + translation + first clause, or the
+next clause), so the capture side is read at least every few hundred ms.
+
+Time is the capture ring's sample index; the trace converts it to monotonic
+ns through the source's clock.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import numpy as np
+
+from edge_rt.audio.sinks import Sink
+from edge_rt.audio.sources import Source
+from edge_rt.errors import EdgeRtError
+from edge_rt.loop.endpoint import Endpointer, EndpointOptions, Event
+from edge_rt.loop.history import History
+from edge_rt.loop.stages import Stages
+from edge_rt.loop.stream import LocalAgreement
+from edge_rt.trace import TraceWriter, UtteranceTrace
+from edge_rt.units import SAMPLE_RATE, VAD_FRAME
+
+HISTORY = 1 << 20  # 65 s of capture audio kept for utterance slices
+
+Caption = Callable[[str, int, str, str], None]  # (kind, utterance, lang, text); kind: partial|final|translation
+
+
+@dataclass(frozen=True)
+class LoopOptions:
+    target: str  # language to speak
+    source: str | None = None  # None: detect per utterance
+    endpoint: EndpointOptions = field(default_factory=EndpointOptions)
+    partials: bool = True  # re-decode the growing utterance for live captions and the stable prefix
+    partial_interval_ms: int = 480  # how often a partial is decoded
+    min_partial_s: float = 1.0  # no partial before this much speech
+    max_lag_s: float = 1.5  # skip partial decodes while the worker is this far behind the capture side
+    idle_sleep_s: float = 0.004  # wait when no hop is ready
+
+    def __post_init__(self):
+        if self.partial_interval_ms < 100:
+            raise ValueError(f"partial_interval_ms must be >= 100, got {self.partial_interval_ms}")
+
+
+@dataclass
+class _Utterance:
+    trace: UtteranceTrace
+    agreement: LocalAgreement = field(default_factory=LocalAgreement)
+    next_partial: int = 0  # sample index at which the next partial is due
+
+
+class Loop:
+    """Runs until :meth:`stop` or until a file source is exhausted (:meth:`run` returns the traces)."""
+
+    def __init__(self, stages: Stages, source: Source, sink: Sink, options: LoopOptions,
+                 on_caption: Caption | None = None, trace: TraceWriter | None = None):
+        self.stages = stages
+        self.source = source
+        self.sink = sink
+        self.options = options
+        self.on_caption = on_caption or (lambda *a: None)
+        self.trace_writer = trace
+        self.endpointer = Endpointer(options.endpoint)
+        self.history = History(HISTORY)
+        self.traces: list[UtteranceTrace] = []
+        self.errors: list[str] = []
+        self._hop = np.empty(VAD_FRAME, np.float32)
+        self._stop = threading.Event()
+        self._current: _Utterance | None = None
+        self._speech: collections.deque[np.ndarray] = collections.deque()  # synthesized, not yet accepted by the sink
+        self._clauses: Iterator | None = None  # the rest of the current translation's clauses
+        self._clause_trace: UtteranceTrace | None = None
+        self._pending_ends: collections.deque[tuple[UtteranceTrace, int]] = collections.deque()
+        self._count = 0
+        self.hops = 0
+        if options.source is not None:
+            stages.route(options.source, options.target)  # fail now, not on the first utterance
+        self._check_target()
+
+    def _check_target(self) -> None:
+        if self.options.target not in self.stages.tts.languages:
+            self.stages.route("en", self.options.target)  # raises the named error
+
+    # -- control ---------------------------------------------------------------
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def run(self) -> list[UtteranceTrace]:
+        """The worker: returns when stopped or when the source is finished and all speech was handed over."""
+        src = self.source
+        ring = src.ring
+        self.sink.start()
+        src.start()
+        try:
+            while not self._stop.is_set():
+                if ring.available() < VAD_FRAME:
+                    src.pump()
+                    if ring.available() >= VAD_FRAME:
+                        continue
+                    if self._advance_output():
+                        continue
+                    if src.finished:
+                        break
+                    time.sleep(self.options.idle_sleep_s)
+                    continue
+                self._step()
+            self._finish()
+        finally:
+            src.stop()
+            self.sink.stop()
+        return self.traces
+
+    # -- one hop -----------------------------------------------------------------
+    def _step(self) -> None:
+        first, n = self.source.ring.read_into(self._hop)
+        self.history.write(first, self._hop[:n])
+        self.hops += 1
+        p = self.stages.vad(self._hop)
+        frame = (first + n) // VAD_FRAME - 1
+        for event in self.endpointer.push(frame, p):
+            self._on_event(event)
+        if self._current is not None:
+            self._maybe_partial(first + n)
+        self._advance_output()
+
+    def _on_event(self, event: Event) -> None:
+        clock = self.source.clock
+        if event.kind == "start":
+            self._count += 1
+            tr = UtteranceTrace(self._count, start_sample=event.sample)
+            tr.stamp("speech_start", clock.ns(event.sample))
+            self._current = _Utterance(tr, next_partial=event.sample + int(self.options.min_partial_s * SAMPLE_RATE))
+            return
+        utt, self._current = self._current, None
+        if utt is None:
+            return
+        tr = utt.trace
+        tr.end_sample = event.sample
+        tr.stamp("speech_end", clock.ns(event.sample))
+        tr.stamp("end_detected", clock.now_ns())
+        try:
+            self._finalize(tr)
+        except EdgeRtError as e:  # a bad request: the loop goes on, the utterance is reported
+            tr.dropped = str(e)
+            self.errors.append(str(e))
+            self._close(tr)
+
+    def _maybe_partial(self, now: int) -> None:
+        utt = self._current
+        if not self.options.partials or now < utt.next_partial:
+            return
+        lag = self.source.ring.available() / SAMPLE_RATE
+        utt.next_partial = now + self.options.partial_interval_ms * SAMPLE_RATE // 1000
+        if lag > self.options.max_lag_s:
+            return  # overloaded: partials are the first thing to go
+        audio = self.history.slice(utt.trace.start_sample, now)
+        result = self.stages.asr.transcribe(audio, language=self.options.source)
+        if result.text:
+            utt.agreement.update(result.text)
+            self.on_caption("partial", utt.trace.utterance, result.language, result.text)
+
+    def _finalize(self, tr: UtteranceTrace) -> None:
+        st, clock = self.stages, self.source.clock
+        audio = self.history.slice(tr.start_sample, tr.end_sample)
+        first = st.asr.transcribe(audio, language=self.options.source)
+        tr.lang, tr.text = first.language, first.text.strip()
+        if not tr.text:
+            tr.dropped = "no speech recognised (silence or noise)"
+            self._close(tr)
+            return
+        self.on_caption("final", tr.utterance, tr.lang, tr.text)
+        route = st.route(tr.lang, self.options.target)
+        text = tr.text
+        if route.asr_task == "translate":
+            text = st.asr.transcribe(audio, language=tr.lang, task="translate").text.strip()
+        tr.stamp("asr_final", clock.now_ns())
+        if route.mt_pair and text:
+            text = st.mt.translate(text, *route.mt_pair)
+        tr.translation = text
+        tr.stamp("mt_done", clock.now_ns())
+        self.on_caption("translation", tr.utterance, self.options.target, text)
+        if not text:
+            tr.dropped = "empty translation"
+            self._close(tr)
+            return
+        # Streaming TTS: the first clause now, the rest one per iteration.
+        self._drain_clauses()  # a previous translation's remaining clauses go first
+        self._clauses = iter(st.tts.clauses(text, self.options.target))
+        self._clause_trace = tr
+        self._next_clause()
+
+    # -- output ------------------------------------------------------------------
+    def _next_clause(self) -> bool:
+        if self._clauses is None:
+            return False
+        tr = self._clause_trace
+        chunk = next(self._clauses, None)
+        if chunk is None:
+            self._clauses = None
+            self._close(tr)
+            return False
+        samples = chunk.samples
+        if chunk.sample_rate != self.sink.rate:
+            from edge_rt.audio.files import resample
+
+            samples = resample(samples, chunk.sample_rate, self.sink.rate)
+        if "tts_first_chunk" not in tr.t_ns:
+            tr.stamp("tts_first_chunk", self.source.clock.now_ns())
+            self.sink.mark(lambda t_ns, tr=tr: tr.stamp("first_output", t_ns))
+        self._speech.append(samples)
+        self._push_speech()
+        return True
+
+    def _drain_clauses(self) -> None:
+        while self._next_clause():
+            pass
+
+    def _push_speech(self) -> None:
+        while self._speech:
+            head = self._speech[0]
+            n = self.sink.write(head)
+            if n == len(head):
+                self._speech.popleft()
+            else:
+                self._speech[0] = head[n:]  # back-pressure: offer the rest later
+                return
+
+    def _advance_output(self) -> bool:
+        """Hand queued speech to the sink and synthesize the next clause; True if it did work."""
+        self._push_speech()
+        if self._pending_ends:
+            self._flush_traces()
+        if self._clauses is not None and not self._speech:
+            return self._next_clause()
+        return False
+
+    def _close(self, tr: UtteranceTrace) -> None:
+        self.traces.append(tr)
+        if self.trace_writer is not None:
+            self._pending_ends.append((tr, time.monotonic_ns()))
+        self._flush_traces()
+
+    def _flush_traces(self, force: bool = False) -> None:
+        """Write traces once their first output was played (or they produced none)."""
+        while self._pending_ends:
+            tr, _ = self._pending_ends[0]
+            if not force and not tr.dropped and "first_output" not in tr.t_ns:
+                return
+            self._pending_ends.popleft()
+            self.trace_writer.write(tr)
+
+    def _finish(self, drain_timeout_s: float = 30.0) -> None:
+        """End of stream: close the open utterance, speak what is left, wait for playback."""
+        for event in self.endpointer.flush(self.history.end // VAD_FRAME):
+            self._on_event(event)
+        deadline = time.monotonic() + drain_timeout_s
+        while (self._clauses is not None or self._speech or self.sink.pending()) and time.monotonic() < deadline:
+            if not self._advance_output():
+                time.sleep(0.01)
+        # let the device play the last samples so first_output marks fire
+        time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+        if self.trace_writer is not None:
+            self._flush_traces(force=True)

@@ -1,0 +1,57 @@
+"""The I/O contract of the Marian (Bergamot tiny11) ONNX graphs, shared by export and runtime.
+
+Two graphs per language pair, batch 1, float32 activations:
+
+**Encoder** ``marian_<pair>_encoder.onnx`` (``S`` = a source bucket from :data:`SRC_BUCKETS`)
+
+=============  =======  ==================  ==========================================
+name           dtype    shape               meaning
+=============  =======  ==================  ==========================================
+``src_ids``    int64    ``[1, S]``          SentencePiece ids + ``</s>`` (id 0), padded
+``src_mask``   float32  ``[1, S]``          1.0 on real tokens, 0.0 on padding
+``cross_k``    float32  ``[L, 1, H, Dh, S]`` per decoder layer: context-attention keys, transposed
+``cross_v``    float32  ``[L, 1, H, S, Dh]`` per decoder layer: context-attention values
+=============  =======  ==================  ==========================================
+
+**Decoder step** ``marian_<pair>_decoder.onnx``: one greedy step, the SSRU state carried outside.
+
+=============  =======  ==================  ==========================================
+``prev_token`` int64    ``[1]``             previous target id; :data:`START_TOKEN` at step 0
+``position``   int64    ``[1]``             target position (0 at the first step)
+``cross_k``    float32  ``[L, 1, H, Dh, S]`` from the encoder
+``cross_v``    float32  ``[L, 1, H, S, Dh]`` from the encoder
+``src_mask``   float32  ``[1, S]``          as given to the encoder
+``state``      float32  ``[L, 1, D]``       SSRU cell state per decoder layer (zeros at step 0)
+``vocab_ids``  int64    ``[K]``             target ids to score (shortlist, or all V ids), K padded
+``logits``     float32  ``[1, K]``          unnormalised scores of ``vocab_ids``
+``state_out``  float32  ``[L, 1, D]``       next SSRU cell state
+=============  =======  ==================  ==========================================
+
+Two dimensions are not fixed: ``S`` (ONNX dim :data:`SRC_LEN_DIM`) only ever takes the
+bucket lengths of :data:`SRC_BUCKETS`, and ``K`` (:data:`VOCAB_LEN_DIM`) is a multiple of
+:data:`VOCAB_PAD` up to ``V``; a TensorRT build needs profiles over those ranges.
+Padding never changes the result: padded source keys get a -1e9 attention bias, and
+``vocab_ids`` is padded by repeating ``</s>`` (ties resolve to the first occurrence).
+``V`` = 32000 for the tiny11 students.
+"""
+
+from __future__ import annotations
+
+# Architecture of the tiny11 students (checked against the model's embedded model.yml).
+DIM = 256  # D: embedding / model width
+HEADS = 8  # H
+HEAD_DIM = DIM // HEADS  # Dh = 32
+DEC_LAYERS = 2  # L: SSRU decoder layers
+ENC_LAYERS = 6
+
+EOS_ID = 0  # "</s>" in the Bergamot SentencePiece vocabularies
+START_TOKEN = -1  # prev_token at step 0: Marian starts from an all-zero embedding
+SRC_BUCKETS = (16, 32, 64, 128, 256)  # static source lengths in tokens (incl. </s>)
+SRC_LEN_DIM = "src_len"
+VOCAB_LEN_DIM = "vocab_len"
+VOCAB_PAD = 64  # vocab_ids lengths are rounded up to a multiple of this (fewer distinct shapes)
+
+ENC_INPUTS = ("src_ids", "src_mask")
+ENC_OUTPUTS = ("cross_k", "cross_v")
+DEC_INPUTS = ("prev_token", "position", "cross_k", "cross_v", "src_mask", "state", "vocab_ids")
+DEC_OUTPUTS = ("logits", "state_out")

@@ -1,0 +1,94 @@
+"""Per-utterance timestamps, latency, percentiles and JSON lines.
+
+Every event is stamped with ``time.monotonic_ns()``; audio positions are the
+capture ring's sample indices. The turn latency users feel is the time from
+the end of their speech to the first translated sample handed to the device.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Iterable
+
+import numpy as np
+
+# Event names in the order they happen, each a monotonic-ns timestamp.
+EVENTS = (
+    "speech_start",  # capture time of the utterance's first speech sample
+    "speech_end",  # capture time of its last speech sample
+    "end_detected",  # the endpointer declared the end (after the hangover)
+    "asr_final",  # final transcript ready
+    "mt_done",  # translation ready
+    "tts_first_chunk",  # first synthesized clause ready
+    "first_output",  # first translated sample handed to the output device
+)
+
+
+@dataclass
+class UtteranceTrace:
+    utterance: int
+    start_sample: int = 0  # capture sample index (16 kHz)
+    end_sample: int = 0
+    lang: str = ""
+    text: str = ""
+    translation: str = ""
+    dropped: str = ""  # why the utterance produced no speech, if it did not
+    t_ns: dict[str, int] = field(default_factory=dict)
+
+    def stamp(self, event: str, t_ns: int) -> None:
+        if event not in EVENTS:
+            raise ValueError(f"unknown trace event {event!r}; events are {', '.join(EVENTS)}")
+        self.t_ns.setdefault(event, t_ns)
+
+    def interval_ms(self, a: str, b: str) -> float | None:
+        if a in self.t_ns and b in self.t_ns:
+            return (self.t_ns[b] - self.t_ns[a]) / 1e6
+        return None
+
+    @property
+    def turn_latency_ms(self) -> float | None:
+        """End of speech → first translated sample at the device."""
+        return self.interval_ms("speech_end", "first_output")
+
+    def stages_ms(self) -> dict[str, float | None]:
+        return {
+            "endpoint_wait": self.interval_ms("speech_end", "end_detected"),
+            "asr_final": self.interval_ms("end_detected", "asr_final"),
+            "mt": self.interval_ms("asr_final", "mt_done"),
+            "tts_first_chunk": self.interval_ms("mt_done", "tts_first_chunk"),
+            "playback": self.interval_ms("tts_first_chunk", "first_output"),
+        }
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["turn_latency_ms"] = self.turn_latency_ms
+        d["stages_ms"] = self.stages_ms()
+        return d
+
+
+def percentiles(values: Iterable[float | None], qs=(50, 95, 99)) -> dict[str, float | None]:
+    vals = np.array([v for v in values if v is not None], dtype=np.float64)
+    if vals.size == 0:
+        return {f"p{q}": None for q in qs}
+    return {f"p{q}": float(np.percentile(vals, q)) for q in qs}
+
+
+class TraceWriter:
+    """Append one JSON line per finished utterance, flushed at once (survives a crash)."""
+
+    def __init__(self, path: str | Path | None = None, stream: IO[str] | None = None):
+        self._own = path is not None
+        self._f = open(path, "a", encoding="utf-8") if path is not None else stream
+
+    def write(self, trace: UtteranceTrace) -> None:
+        if self._f is None:
+            return
+        self._f.write(json.dumps(trace.as_dict(), ensure_ascii=False) + "\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        if self._own and self._f is not None:
+            self._f.close()
+        self._f = None

@@ -1,0 +1,84 @@
+"""Live audio through a JACK dummy server: `edge-rt run` hears a real clip and speaks its translation.
+
+The harness (this process) plays en_jfk into edge-rt's capture port at real
+time and records edge-rt's playback port; then the recording is transcribed
+back with the pack's ASR and must hold the words of the translation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from edge_rt.audio.files import read_audio
+from tests.jack import RATE, Harness, clients, connect, ensure_jack
+
+
+@pytest.fixture(scope="module")
+def jack():
+    proc = ensure_jack()
+    yield
+    if proc is not None:
+        proc.terminate()
+        proc.wait(5)
+
+
+def _words(text: str) -> set[str]:
+    return {w.strip(".,!?;:").lower() for w in text.split() if len(w.strip(".,!?;:")) > 2}
+
+
+def test_live_run_translates_speech_into_the_headset(jack, default_pack, speech_dir, tmp_path):
+    clip = read_audio(speech_dir / "en_jfk.wav")
+    harness = Harness(clip)
+    try:
+        before = clients()
+        trace_path = tmp_path / "trace.jsonl"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "edge_rt", "run", "--to", "pt", "--from", "en", "--device-in", "0",
+             "--device-out", "0", "--rate-in", str(RATE), "--rate-out", str(RATE), "--trace", str(trace_path)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lines: list[str] = []
+        threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
+        deadline = time.monotonic() + 120
+        while not any("listening" in line for line in lines):
+            assert proc.poll() is None, f"edge-rt run exited early: {''.join(lines)}"
+            assert time.monotonic() < deadline, "edge-rt run did not start listening"
+            time.sleep(0.1)
+        (ours,) = {c for c in clients() - before if c != "system"} or {"PortAudio-01"}
+        harness_client = "PortAudio" if ours != "PortAudio" else "PortAudio-01"
+        connect(f"{harness_client}:out_0", f"{ours}:in_0")
+        connect(f"{ours}:out_0", f"{harness_client}:in_0")
+        harness.play()
+        while not harness.done_playing:
+            time.sleep(0.1)
+        time.sleep(6.0)  # the last utterance: hangover, decode, translate, speak
+        proc.send_signal(signal.SIGINT)  # Ctrl-C stops cleanly
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0, "".join(lines)
+    finally:
+        harness.close()
+    traces = [json.loads(line) for line in trace_path.read_text().splitlines()]
+    spoken = [t for t in traces if t["translation"]]
+    assert spoken, f"no utterance translated: {traces}"
+    for t in spoken:
+        for event in ("speech_start", "speech_end", "end_detected", "asr_final", "mt_done", "tts_first_chunk",
+                      "first_output"):
+            assert event in t["t_ns"], (event, t)
+        assert 0 < t["turn_latency_ms"] < 10_000
+    recorded = harness.audio()
+    assert np.sqrt(np.mean(recorded**2)) > 0.005, "nothing was played"
+    from edge_rt.stages.asr import Asr
+
+    heard = Asr.from_pack(default_pack).transcribe(recorded, language="pt").text
+    expected = _words(" ".join(t["translation"] for t in spoken))
+    got = _words(heard)
+    print("heard:", heard, "| expected:", sorted(expected), "| latencies:", [round(t["turn_latency_ms"]) for t in spoken])
+    assert len(expected & got) >= 0.4 * len(expected), (heard, expected)
