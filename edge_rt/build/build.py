@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import inspect
+import importlib.util
 import json
 import platform
 import time
@@ -48,8 +48,22 @@ def _stage_key(spec: PackSpec, stage: str, exporter) -> str:
     h.update(repr(sorted((k, [(r.wheel, r.member) for r in v]) for k, v in table["files"].items())).encode())
     for w in wheels:
         h.update(spec.wheels[w].sha256.encode())
-    h.update(inspect.getsource(exporter).encode())
+    for src in _exporter_sources(exporter):
+        h.update(src.read_bytes())
     return h.hexdigest()
+
+
+def _exporter_sources(exporter) -> list[Path]:
+    """The exporter, every build module (graph builders, readers) and the stage modules it uses."""
+    build_dir = Path(__file__).parent
+    files = set(build_dir.glob("*.py")) - {Path(__file__)}
+    for value in vars(exporter).values():
+        mod = getattr(value, "__module__", None) or getattr(value, "__name__", "")
+        if isinstance(mod, str) and mod.startswith("edge_rt.stages."):
+            spec = importlib.util.find_spec(mod)
+            if spec and spec.origin:
+                files.add(Path(spec.origin))
+    return sorted(files)
 
 
 def _entry_files(entry: dict) -> list[str]:

@@ -1,0 +1,197 @@
+"""Greedy Whisper decoding of one encoder window, from small strategy objects.
+
+Modelled on OpenAI Whisper's ``decoding.py``: :class:`WhisperInference` runs the
+graphs, :class:`LogitFilter` objects mask tokens, :class:`GreedyDecoder` picks one,
+and :class:`DecodingTask` runs the few-line loop that ties them together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Protocol, Sequence
+
+import numpy as np
+
+from edge_rt.backends.base import Engine
+from edge_rt.units import MAX_TEXT_CTX
+
+
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x - x.max(axis=-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+class WhisperInference:
+    """The exported encoder and one-step decoder, with a preallocated 448-position KV cache.
+
+    Graph I/O is documented in :mod:`edge_rt.build.whisper_graphs`. The caches and the
+    decoder's feed dict are built once; :meth:`step` writes each new key/value into the
+    cache in place (``n_text_layer * d_model`` floats) and allocates no cache memory.
+
+    Args:
+        encoder, decoder: engines of ``whisper_encoder.onnx`` / ``whisper_decoder.onnx``.
+        dims: the manifest's ``dims`` (``n_text_layer``, ``n_text_head``, ``n_text_state``).
+    """
+
+    def __init__(self, encoder: Engine, decoder: Engine, dims: Mapping[str, int]):
+        self.encoder, self.decoder = encoder, decoder
+        n_layer, heads = int(dims["n_text_layer"]), int(dims["n_text_head"])
+        d_head = int(dims["n_text_state"]) // heads
+        self.n_layer = n_layer
+        self.n_mels = int(dims["n_mels"])
+        self.self_k = np.zeros((n_layer, 1, heads, d_head, MAX_TEXT_CTX), np.float32)  # keys transposed
+        self.self_v = np.zeros((n_layer, 1, heads, MAX_TEXT_CTX, d_head), np.float32)
+        self._token = np.zeros((1, 1), np.int64)
+        self._offset = np.zeros((1,), np.int64)
+        self._feeds: dict[str, np.ndarray] = {"tokens": self._token, "offset": self._offset}
+        for i in range(n_layer):  # contiguous views: ONNX Runtime reads them in place
+            self._feeds[f"self_k_{i}"] = self.self_k[i]
+            self._feeds[f"self_v_{i}"] = self.self_v[i]
+
+    def encode(self, mel: np.ndarray) -> None:
+        """Run the encoder on float32 [1, 80, frames]; the decoder then attends to it.
+
+        The self-attention cache is not cleared: slots at and after the current
+        offset are masked by the decoder graph, so stale values are never read.
+        """
+        out = self.encoder.run({"mel": mel})
+        cross_k, cross_v = out["cross_k"], out["cross_v"]
+        for i in range(self.n_layer):
+            self._feeds[f"cross_k_{i}"] = cross_k[i]
+            self._feeds[f"cross_v_{i}"] = cross_v[i]
+
+    def step(self, token: int, offset: int) -> np.ndarray:
+        """Feed ``token`` at position ``offset`` (0-based); returns float32 logits [n_vocab]."""
+        self._token[0, 0] = token
+        self._offset[0] = offset
+        out = self.decoder.run(self._feeds)
+        self.self_k[..., offset] = out["new_k"]
+        self.self_v[..., offset, :] = out["new_v"]
+        return out["logits"][0]
+
+
+class LogitFilter(Protocol):
+    def apply(self, logits: np.ndarray, n_sampled: int) -> None:
+        """Mask tokens of float32 [n_vocab] ``logits`` in place; ``n_sampled`` tokens came before."""
+        ...
+
+
+@dataclass(frozen=True)
+class SuppressTokens:
+    """Never sample these ids (non-speech symbols and control tokens)."""
+
+    ids: np.ndarray  # int64 [k]
+
+    def apply(self, logits: np.ndarray, n_sampled: int) -> None:
+        logits[self.ids] = -np.inf
+
+
+@dataclass(frozen=True)
+class SuppressBlank:
+    """Do not start the text with a blank or end it before it begins."""
+
+    ids: np.ndarray  # int64: the space token and <|endoftext|>
+
+    def apply(self, logits: np.ndarray, n_sampled: int) -> None:
+        if n_sampled == 0:
+            logits[self.ids] = -np.inf
+
+
+class GreedyDecoder:
+    """Argmax; accumulates the log-probability of every pick, ``<|endoftext|>`` included."""
+
+    def __init__(self, eot: int):
+        self.eot = eot
+        self.sum_logprob = 0.0
+
+    def pick(self, logits: np.ndarray) -> int:
+        token = int(logits.argmax())
+        self.sum_logprob += float(log_softmax(logits)[token])
+        return token
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    """Decoding of one encoder window."""
+
+    tokens: tuple[int, ...]  # text tokens, without the prompt or <|endoftext|>
+    sum_logprob: float  # natural log, over tokens and the final <|endoftext|>
+    no_speech_prob: float  # P(<|nospeech|>) at the <|startoftranscript|> step
+    language: str
+    language_prob: float
+
+    @property
+    def avg_logprob(self) -> float:
+        return self.sum_logprob / (len(self.tokens) + 1)
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """The control-token ids decoding needs."""
+
+    eot: int
+    no_speech: int
+    language_ids: Sequence[int]  # empty for English-only models
+    languages: Sequence[str]  # codes, in the order of ``language_ids``; ("en",) for English-only
+
+
+class PromptFn(Protocol):
+    def __call__(self, language: str) -> list[int]:
+        """Start sequence for ``language``, ``<|startoftranscript|>`` first."""
+        ...
+
+
+def detect_language(sot_logits: np.ndarray, vocab: Vocabulary) -> tuple[str, float]:
+    """Most likely language from the ``<|startoftranscript|>`` logits (softmax over language tokens only)."""
+    probs = softmax(sot_logits[np.asarray(vocab.language_ids)])
+    best = int(probs.argmax())
+    return vocab.languages[best], float(probs[best])
+
+
+@dataclass(frozen=True)
+class DecodingTask:
+    """Greedy decoding of one encoder window: prompt, guards, argmax until ``<|endoftext|>``."""
+
+    inference: WhisperInference
+    vocab: Vocabulary
+    filters: Sequence[LogitFilter]
+    max_new_tokens: int
+
+    def _prompt(self, prompt_for: PromptFn, language: str | None) -> tuple[np.ndarray, float, str, float]:
+        """Feed the start sequence; returns (last logits, P(no speech), language, its probability).
+
+        The ``<|startoftranscript|>`` step gives the no-speech probability and, when
+        ``language`` is None on a multilingual model, the language.
+        """
+        vocab, step = self.vocab, self.inference.step
+        sot_logits = step(prompt_for(language or vocab.languages[0])[0], 0)
+        no_speech = float(softmax(sot_logits)[vocab.no_speech])
+        language_prob = 1.0
+        if language is None and vocab.language_ids:
+            language, language_prob = detect_language(sot_logits, vocab)
+        language = language or vocab.languages[0]
+        logits = sot_logits
+        for offset, token in enumerate(prompt_for(language)[1:], start=1):
+            logits = step(token, offset)
+        return logits, no_speech, language, language_prob
+
+    def run(self, prompt_for: PromptFn, language: str | None) -> WindowResult:
+        """Decode the window last passed to ``inference.encode``."""
+        logits, no_speech, language, language_prob = self._prompt(prompt_for, language)
+        start = len(prompt_for(language))
+        decoder, tokens = GreedyDecoder(self.vocab.eot), []
+        for n in range(self.max_new_tokens):
+            if n:
+                logits = self.inference.step(tokens[-1], start + n - 1)
+            for f in self.filters:
+                f.apply(logits, n)
+            token = decoder.pick(logits)
+            if token == self.vocab.eot:
+                break
+            tokens.append(token)
+        return WindowResult(tuple(tokens), decoder.sum_logprob, no_speech, language, language_prob)
