@@ -30,6 +30,19 @@ class Route:
         return " → ".join(parts + [f"tts:{self.target}"])
 
 
+def targets(
+    *,
+    asr_languages: Collection[str],
+    mt_pairs: Collection[tuple[str, str]],
+    tts_languages: Collection[str],
+    asr_can_translate: bool,
+) -> list[str]:
+    """Every language the pack can produce speech in, from some source language."""
+    text_out = {t for _, t in mt_pairs} | ({"en"} if asr_can_translate or "en" in asr_languages else set())
+    text_out |= {l for l in asr_languages if l in {s for s, _ in mt_pairs}}  # same-language "translation"
+    return sorted(t for t in text_out if t in tts_languages)
+
+
 def plan_route(
     source: str,
     target: str,
@@ -43,9 +56,11 @@ def plan_route(
 
     Raises :class:`UnsupportedLanguageError` naming what is possible.
     """
-    if target not in tts_languages:
+    reachable = targets(asr_languages=asr_languages, mt_pairs=mt_pairs, tts_languages=tts_languages,
+                        asr_can_translate=asr_can_translate)
+    if target not in reachable:
         raise UnsupportedLanguageError(
-            f"cannot speak target language {target!r}: this pack speaks {', '.join(sorted(tts_languages))}"
+            f"cannot translate into {target!r}: this pack translates into {', '.join(reachable)}"
         )
     if source not in asr_languages:
         raise UnsupportedLanguageError(

@@ -49,7 +49,7 @@ def test_pack_not_built_says_how_to_build(tmp_path, speech_dir):
 
 def test_unknown_target_language(default_pack, speech_dir, tmp_path):
     proc = run_cli("translate", str(speech_dir / "en_jfk.wav"), "--to", "xx", "-o", str(tmp_path / "o.wav"))
-    assert proc.returncode == 2 and "speaks en, pt" in proc.stderr
+    assert proc.returncode == 2 and "translates into en, pt" in proc.stderr
     assert not (tmp_path / "o.wav").exists()
     _no_traceback(proc)
 

@@ -8,7 +8,7 @@ from edge_rt.errors import UnsupportedLanguageError
 from edge_rt.route import plan_route
 
 PACK = dict(asr_languages={"en", "pt", "fr", "de", "zh"}, mt_pairs={("en", "pt"), ("pt", "en")},
-            tts_languages={"en", "pt"}, asr_can_translate=True)
+            tts_languages={"en", "pt", "de", "fr", "zh"}, asr_can_translate=True)
 
 
 @pytest.mark.parametrize("src,tgt,task,pair", [
@@ -24,7 +24,7 @@ def test_routes(src, tgt, task, pair):
 
 
 def test_unknown_target_names_the_choices():
-    with pytest.raises(UnsupportedLanguageError, match="speaks en, pt"):
+    with pytest.raises(UnsupportedLanguageError, match="translates into en, pt"):
         plan_route("en", "xx", **PACK)
 
 
@@ -37,3 +37,8 @@ def test_english_only_asr_cannot_translate_french():
     pack = dict(PACK, asr_languages={"en"}, asr_can_translate=False)
     with pytest.raises(UnsupportedLanguageError):
         plan_route("fr", "en", **pack)
+
+
+def test_a_language_the_tts_speaks_but_nothing_translates_into_is_refused():
+    with pytest.raises(UnsupportedLanguageError, match="translates into en, pt"):
+        plan_route("en", "de", **PACK)

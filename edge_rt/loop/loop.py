@@ -16,15 +16,16 @@ import collections
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
 from edge_rt.audio.sinks import Sink
 from edge_rt.audio.sources import Source
-from edge_rt.errors import EdgeRtError
+from edge_rt.errors import EdgeRtError, UnsupportedLanguageError
 from edge_rt.loop.endpoint import Endpointer, EndpointOptions, Event
 from edge_rt.loop.history import History
+from edge_rt.loop.observer import LoopObserver
 from edge_rt.loop.stages import Stages
 from edge_rt.loop.stream import LocalAgreement
 from edge_rt.trace import TraceWriter, UtteranceTrace
@@ -62,13 +63,15 @@ class Loop:
     """Runs until :meth:`stop` or until a file source is exhausted (:meth:`run` returns the traces)."""
 
     def __init__(self, stages: Stages, source: Source, sink: Sink, options: LoopOptions,
-                 on_caption: Caption | None = None, trace: TraceWriter | None = None):
+                 on_caption: Caption | None = None, trace: TraceWriter | None = None,
+                 observers: Sequence[LoopObserver] = ()):
         self.stages = stages
         self.source = source
         self.sink = sink
         self.options = options
         self.on_caption = on_caption or (lambda *a: None)
         self.trace_writer = trace
+        self.observers = tuple(observers)  # see observer.py: called on the worker thread
         self.endpointer = Endpointer(options.endpoint)
         self.history = History(HISTORY)
         self.traces: list[UtteranceTrace] = []
@@ -82,13 +85,12 @@ class Loop:
         self._pending_ends: collections.deque[tuple[UtteranceTrace, int]] = collections.deque()
         self._count = 0
         self.hops = 0
+        # Fail now, not on the first utterance.
         if options.source is not None:
-            stages.route(options.source, options.target)  # fail now, not on the first utterance
-        self._check_target()
-
-    def _check_target(self) -> None:
-        if self.options.target not in self.stages.tts.languages:
-            self.stages.route("en", self.options.target)  # raises the named error
+            stages.route(options.source, options.target)
+        elif options.target not in stages.targets():
+            raise UnsupportedLanguageError(f"cannot translate into {options.target!r}: this pack translates "
+                                           f"into {', '.join(stages.targets())}")
 
     # -- control ---------------------------------------------------------------
     def stop(self) -> None:
@@ -105,7 +107,11 @@ class Loop:
         self.sink.start()
         src.start()
         try:
+            for o in self.observers:
+                o.on_start(self)
             while not self._stop.is_set():
+                for o in self.observers:
+                    o.on_tick()
                 if ring.available() < VAD_FRAME:
                     src.pump()
                     if ring.available() >= VAD_FRAME:
@@ -118,6 +124,10 @@ class Loop:
                     continue
                 self._step()
             self._finish()
+        except Exception as e:  # a stage bug: let observers (flight recorder) see it, then go down
+            for o in self.observers:
+                o.on_error(e, self._current.trace if self._current else None)
+            raise
         finally:
             src.stop()
             self.sink.stop()
@@ -128,6 +138,8 @@ class Loop:
         first, n = self.source.ring.read_into(self._hop)
         self.history.write(first, self._hop[:n])
         self.hops += 1
+        for o in self.observers:
+            o.on_hop(first, self._hop[:n])
         p = self.stages.vad(self._hop)
         frame = (first + n) // VAD_FRAME - 1
         for event in self.endpointer.push(frame, p):
@@ -156,6 +168,8 @@ class Loop:
         except EdgeRtError as e:  # a bad request: the loop goes on, the utterance is reported
             tr.dropped = str(e)
             self.errors.append(str(e))
+            for o in self.observers:
+                o.on_error(e, tr)
             self._close(tr)
 
     def _maybe_partial(self, now: int) -> None:
@@ -249,7 +263,7 @@ class Loop:
 
     def _close(self, tr: UtteranceTrace) -> None:
         self.traces.append(tr)
-        if self.trace_writer is not None:
+        if self.trace_writer is not None or self.observers:
             self._pending_ends.append((tr, time.monotonic_ns()))
         self._flush_traces()
 
@@ -260,7 +274,10 @@ class Loop:
             if not force and not tr.dropped and "first_output" not in tr.t_ns:
                 return
             self._pending_ends.popleft()
-            self.trace_writer.write(tr)
+            if self.trace_writer is not None:
+                self.trace_writer.write(tr)
+            for o in self.observers:
+                o.on_utterance(tr)
 
     def _finish(self, drain_timeout_s: float = 30.0) -> None:
         """End of stream: close the open utterance, speak what is left, wait for playback."""
@@ -272,5 +289,5 @@ class Loop:
                 time.sleep(0.01)
         # let the device play the last samples so first_output marks fire
         time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
-        if self.trace_writer is not None:
+        if self.trace_writer is not None or self.observers:
             self._flush_traces(force=True)

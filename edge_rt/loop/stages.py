@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from edge_rt.pack import BuiltPack
-from edge_rt.route import Route, plan_route
+from edge_rt.route import Route, plan_route, targets
 
 
 @dataclass(frozen=True)
@@ -34,12 +34,18 @@ class Stages:
             Tts.from_pack(pack, TtsOptions(precision=options.precision, threads=options.threads)),
         )
 
-    def route(self, source: str, target: str) -> Route:
-        return plan_route(
-            source,
-            target,
+    def _capabilities(self) -> dict:
+        return dict(
             asr_languages=self.asr.languages,
             mt_pairs={tuple(p.split("-")) if isinstance(p, str) else tuple(p) for p in self.mt.pairs},
             tts_languages=self.tts.languages,
             asr_can_translate=self.asr.multilingual,
         )
+
+    def route(self, source: str, target: str) -> Route:
+        """How ``source`` speech becomes ``target`` speech; raises naming what is possible."""
+        return plan_route(source, target, **self._capabilities())
+
+    def targets(self) -> list[str]:
+        """Languages this pack can speak translations in."""
+        return targets(**self._capabilities())
