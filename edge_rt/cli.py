@@ -90,10 +90,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     sink = DeviceSink(args.device_out, rate=args.rate_out, backend=args.backend)
     trace = TraceWriter(args.trace) if args.trace else None
     captions = Captions(Console())
-    loop = Loop(stages, source, sink,
-                LoopOptions(target=args.to, source=args.source,
-                            endpoint=EndpointOptions(hangover_ms=args.hangover_ms)),
-                on_caption=captions, trace=trace)
+    options = LoopOptions(target=args.to, source=args.source, endpoint=EndpointOptions(hangover_ms=args.hangover_ms))
+    recording = None
+    if args.record:  # field test: session folder + flight recorder (edge_rt/session.py)
+        from edge_rt.flight import FlightOptions
+        from edge_rt.session import Recording, live_header
+
+        recording = Recording(args.record, live_header(args.pack, args.precision, args.threads, options, source, sink,
+                                                       args.latency_budget_ms), sink,
+                              flight=FlightOptions(latency_budget_ms=args.latency_budget_ms))
+    loop = Loop(stages, source, recording.sink if recording else sink, options,
+                on_caption=captions, trace=trace, observers=recording.observers if recording else ())
 
     def stop(signum, frame):
         loop.stop()
@@ -109,10 +116,181 @@ def _cmd_run(args: argparse.Namespace) -> int:
         worker.join(0.2)  # the main thread stays free to take signals
     if trace:
         trace.close()
+    if recording:
+        recording.close()
+        console.print(f"recorded to {recording.dir} (edge-rt replay / edge-rt report)", highlight=False)
     s = source.ring.stats
     console.print(f"stopped: {len(loop.traces)} utterances, capture overruns {s.overruns} "
                   f"({s.dropped} samples), playback underruns {sink.ring.stats.underruns}", highlight=False)
     return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from edge_rt.bench import BenchOptions, bench
+
+    console = Console(stderr=True)
+
+    def log(r):
+        lat = f"{r.turn_latency_ms:7.0f}" if r.turn_latency_ms is not None else "   miss"
+        base = f"{r.baseline_latency_ms:7.0f}" if r.baseline_latency_ms is not None else "      -"
+        console.print(f"{r.id:34} {r.lang}→{r.target} turn {lat} ms  serial {base} ms  {r.translation[:60]}",
+                      highlight=False)
+
+    opts = BenchOptions(pack=args.pack, precision=args.precision, threads=args.threads, clips=tuple(args.clip),
+                        limit=args.limit, baseline=not args.no_baseline, partials=not args.no_partials,
+                        speculate=not args.no_speculation, early_commit=not args.no_early_commit,
+                        speech_dir=Path(args.speech_dir) if args.speech_dir else None)
+    result = bench(opts, log=log)
+    if args.plot:
+        from edge_rt.plots import bench_plot
+
+        bench_plot(result, args.plot)
+    if args.json:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+    else:
+        lat, base = result["turn_latency_ms"], result["baseline_turn_latency_ms"]
+        console.print(f"turn latency P50 {lat['p50']:.0f} ms, P95 {lat['p95']:.0f} ms; serial P50 "
+                      f"{(base['p50'] or 0):.0f} ms; speed-up {result['speedup_p50'] or 0:.2f}x; "
+                      f"peak RSS {result['rss_mb_peak']:.0f} MB; cold start {result['cold_start_s']:.1f} s",
+                      highlight=False)
+    return 0
+
+
+# -- operations: serve, doctor, replay, report (systemd/README.md) ---------------
+EX_CONFIG = 78  # sysexits.h: the unit's RestartPreventExitStatus= stops systemd restarting on a bad config
+
+
+def _serve_overrides(args: argparse.Namespace) -> dict:
+    return {"translate__to": args.to, "translate__from": args.source, "pack__name": args.pack,
+            "pack__precision": args.precision, "audio__device_in": args.device_in,
+            "audio__device_out": args.device_out, "record__dir": args.record}
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import signal
+
+    from rich.console import Console
+
+    from edge_rt.config import Config, ConfigError, load_config
+    from edge_rt.loop.captions import Captions
+    from edge_rt.serve import Server
+    from edge_rt.service import Notifier
+
+    console = Console(stderr=True)
+    try:
+        config = (load_config(args.config) if args.config else Config()).override(**_serve_overrides(args))
+    except ConfigError as e:
+        print(f"edge-rt: error: {e}", file=sys.stderr)
+        return EX_CONFIG
+    notifier = Notifier.from_env()
+    server = Server(config, notifier, log=lambda m: console.print(m, highlight=False, soft_wrap=True),
+                    on_caption=Captions(Console()))
+    signal.signal(signal.SIGINT, lambda s, f: server.stop())
+    signal.signal(signal.SIGTERM, lambda s, f: server.stop())
+    try:
+        code = server.run()
+    finally:
+        notifier.close()
+    console.print(f"stopped after {server.sessions} audio session(s)", highlight=False)
+    return code
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from edge_rt.config import DEFAULT_CONFIG_PATH, Config, ConfigError, load_config
+    from edge_rt.doctor import blocking, run_checks
+
+    path = args.config or (str(DEFAULT_CONFIG_PATH) if DEFAULT_CONFIG_PATH.is_file() else None)
+    problem = None
+    config = Config()
+    if path:
+        try:
+            config = load_config(path)
+        except ConfigError as e:
+            problem = str(e)
+    checks = run_checks(config, problem, verify_hashes=not args.quick)
+    failed = blocking(checks)
+    if args.json:
+        print(json.dumps({"ok": not failed, "checks": [c.as_dict() for c in checks]}, ensure_ascii=False, indent=2))
+    else:
+        styles = {"ok": "green", "info": "cyan", "warn": "yellow", "fail": "bold red"}
+        table = Table("check", "status", "finding / fix")
+        for c in checks:
+            table.add_row(c.name, f"[{styles[c.status]}]{c.status}[/]", c.message)
+        Console().print(table)
+        Console().print(f"[bold red]{len(failed)} blocking problem(s)[/]" if failed else "[green]ready to run[/]")
+    return 1 if failed else 0
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from edge_rt.replay import ReplayOptions, compare, replay_session
+    from edge_rt.session import Session
+
+    session = Session.load(args.dir)
+    traces = replay_session(session, ReplayOptions(pack=args.pack, precision=args.precision, speed=args.speed))
+    result = compare(session.traces, [t.as_dict() for t in traces])
+    if args.json:
+        print(json.dumps(result.as_dict(), ensure_ascii=False, indent=2))
+        return 0
+    fmt = (lambda v: "–" if v is None else f"{v:.0f}")
+    table = Table("time", "recorded", "replay", "same", "rec ms", "replay ms")
+    for r in result.rows:
+        rec, rep = r["recorded"] or {}, r["replay"] or {}
+        table.add_row(f'{r["start_s"]:.1f}s', rec.get("text", "–"), rep.get("text", "–"),
+                      "yes" if r["same_text"] else "[red]no[/]", fmt(rec.get("latency_ms")), fmt(rep.get("latency_ms")))
+    console = Console()
+    console.print(table)
+    d = result.as_dict()["latency_ms"]
+    console.print(f"transcripts {'identical' if result.same_transcripts else '[red]differ[/]'}; latency p50 "
+                  f"recorded {fmt(d['recorded']['p50'])} ms, replay {fmt(d['replay']['p50'])} ms", highlight=False)
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from edge_rt.report import write_report
+
+    out = write_report(args.dir, args.output)
+    print(out)
+    return 0
+
+
+def _add_ops_commands(sub) -> None:
+    s = sub.add_parser("serve", help="the systemd service: config file, READY/STATUS/WATCHDOG, restarts audio")
+    s.add_argument("--config", default=None, help="TOML config (systemd/config.example.toml); flags override it")
+    s.add_argument("--to", default=None, help="override translate.to")
+    s.add_argument("--from", dest="source", default=None, help="override translate.from")
+    s.add_argument("--pack", default=None, help="override pack.name")
+    s.add_argument("--precision", choices=("fp32", "int8"), default=None, help="override pack.precision")
+    s.add_argument("--device-in", default=None, help="override audio.device_in")
+    s.add_argument("--device-out", default=None, help="override audio.device_out")
+    s.add_argument("--record", default=None, help="override record.dir (one session folder per audio open)")
+    s.set_defaults(func=_cmd_serve)
+
+    dr = sub.add_parser("doctor", help="check this device: packages, GPU, pack integrity, audio devices, disk")
+    dr.add_argument("--config", default=None, help="config to check (default /etc/edge-rt/config.toml if present)")
+    dr.add_argument("--quick", action="store_true", help="skip hashing the pack's files")
+    dr.add_argument("--json", action="store_true")
+    dr.set_defaults(func=_cmd_doctor)
+
+    rp = sub.add_parser("replay", help="re-run a recorded session's input at its pace and compare with the recording")
+    rp.add_argument("dir", help="session folder (edge-rt run --record DIR)")
+    rp.add_argument("--pack", default=None, help="pack to replay with (default: the recorded one)")
+    rp.add_argument("--precision", choices=("fp32", "int8"), default=None)
+    rp.add_argument("--speed", type=float, default=1.0, help="replay speed (latencies compare only at 1)")
+    rp.add_argument("--json", action="store_true")
+    rp.set_defaults(func=_cmd_replay)
+
+    rr = sub.add_parser("report", help="write a self-contained HTML report of a recorded session")
+    rr.add_argument("dir", help="session folder")
+    rr.add_argument("-o", "--output", default=None, help="HTML file (default DIR/report.html)")
+    rr.set_defaults(func=_cmd_report)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -138,13 +316,30 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--backend", choices=("sounddevice", "pyaudio"), default="sounddevice")
     r.add_argument("--hangover-ms", type=int, default=288, help="silence that ends an utterance (default 288)")
     r.add_argument("--trace", default=None, help="append one JSON line per utterance to this file")
+    r.add_argument("--record", default=None, help="field test: record the session into this new folder")
+    r.add_argument("--latency-budget-ms", type=float, default=1500.0,
+                   help="with --record: dump the flight recorder when an utterance is slower (default 1500)")
     _add_pack_args(r)
     r.set_defaults(func=_cmd_run)
+
+    b = sub.add_parser("bench", help="turn latency of the live loop on the real speech set, vs a serial pipeline")
+    b.add_argument("--clip", action="append", default=[], help="clip id from manifest.jsonl (repeatable)")
+    b.add_argument("--limit", type=int, default=None, help="at most this many clips")
+    b.add_argument("--speech-dir", default=None, help="folder with manifest.jsonl (default ../shared/data/speech)")
+    b.add_argument("--no-baseline", action="store_true", help="skip the serial baseline")
+    b.add_argument("--no-partials", action="store_true", help="no partial decodes (live captions) during speech")
+    b.add_argument("--no-speculation", action="store_true", help="no decode/translate ahead at pauses")
+    b.add_argument("--no-early-commit", action="store_true", help="always wait the whole hangover")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--plot", default=None, help="write a PNG: per-stage heat-map and latency distribution")
+    _add_pack_args(b)
+    b.set_defaults(func=_cmd_bench)
 
     d = sub.add_parser("devices", help="list audio devices")
     d.add_argument("--backend", choices=("sounddevice", "pyaudio"), default="sounddevice")
     d.add_argument("--json", action="store_true")
     d.set_defaults(func=_cmd_devices)
+    _add_ops_commands(sub)
     return ap
 
 

@@ -22,12 +22,17 @@ from typing import Any
 import numpy as np
 
 from edge_rt.atomic import atomic_write
+from edge_rt.errors import EdgeRtError
 from edge_rt.loop.observer import LoopObserver
 from edge_rt.trace import UtteranceTrace
 from edge_rt.units import SAMPLE_RATE
 from edge_rt.wav_stream import StreamingWav
 
-__all__ = ["FlightOptions", "FlightRecorder"]
+__all__ = ["FlightOptions", "FlightOptionsError", "FlightRecorder"]
+
+
+class FlightOptionsError(EdgeRtError, ValueError):
+    """A flight-recorder option is out of range."""
 
 MAX_SECONDS = 60.0  # History holds 65 s
 
@@ -41,9 +46,11 @@ class FlightOptions:
 
     def __post_init__(self):
         if not 0 < self.seconds <= MAX_SECONDS:
-            raise ValueError(f"flight recorder seconds must be in (0, {MAX_SECONDS:.0f}], got {self.seconds}")
+            raise FlightOptionsError(f"flight recorder seconds (record.flight_s) must be in (0, {MAX_SECONDS:.0f}], "
+                                     f"got {self.seconds}")
         if self.latency_budget_ms <= 0:
-            raise ValueError(f"latency_budget_ms must be > 0, got {self.latency_budget_ms}")
+            raise FlightOptionsError(f"the latency budget (--latency-budget-ms, loop.latency_budget_ms) must be > 0, "
+                                     f"got {self.latency_budget_ms}")
 
 
 class FlightRecorder(LoopObserver):
@@ -54,6 +61,7 @@ class FlightRecorder(LoopObserver):
         self.dumps: list[Path] = []
         self._loop = None
         self._threads: list[threading.Thread] = []
+        self.write_errors: list[str] = []  # dumps the disk refused (reported in session.json)
 
     def _event(self, kind: str, **data: Any) -> dict[str, Any]:
         e = {"kind": kind, "t_unix": round(time.time(), 3), "t_ns": time.monotonic_ns(), **data}
@@ -98,8 +106,7 @@ class FlightRecorder(LoopObserver):
         self._threads.append(t)
         return folder
 
-    @staticmethod
-    def _write(folder: Path, audio: np.ndarray, doc: dict[str, Any]) -> None:
+    def _write(self, folder: Path, audio: np.ndarray, doc: dict[str, Any]) -> None:
         try:
             folder.mkdir(parents=True, exist_ok=True)
             wav = StreamingWav(folder / "audio.wav", SAMPLE_RATE)
@@ -107,8 +114,8 @@ class FlightRecorder(LoopObserver):
             wav.close()
             text = json.dumps(doc, ensure_ascii=False, indent=2, default=str) + "\n"
             atomic_write(folder / "events.json", lambda tmp: tmp.write_text(text, encoding="utf-8"))
-        except OSError:
-            pass  # a full disk must not take the translator down; the session header notes missing dumps
+        except OSError as e:  # a full disk must not take the translator down
+            self.write_errors.append(f"{folder.name}: {e}")
 
     def close(self, timeout_s: float = 10.0) -> None:
         for t in self._threads:

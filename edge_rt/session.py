@@ -264,3 +264,43 @@ class Session:
 
     def flight_dumps(self) -> list[Path]:
         return sorted(p for p in (self.dir / "flight").glob("*/events.json")) if (self.dir / "flight").is_dir() else []
+
+
+def live_header(pack: str, precision: str, threads: int, options, source, sink,
+                latency_budget_ms: float) -> dict[str, Any]:
+    """session.json fields for a live run: what replay needs to run it again, and what a reader wants to know."""
+
+    def device(obj) -> dict[str, Any] | None:
+        info = getattr(obj, "info", None)
+        if info is None:
+            return None
+        return {"index": info.index, "name": info.name, "hostapi": info.hostapi, "rate": getattr(obj, "rate", None)}
+
+    return {
+        "pack": {"name": pack, "precision": precision, "threads": threads},
+        "options": {"to": options.target, "from": options.source, "hangover_ms": options.endpoint.hangover_ms,
+                    "partials": options.partials, "latency_budget_ms": latency_budget_ms},
+        "devices": {"in": device(source), "out": device(sink)},
+    }
+
+
+class Recording:
+    """A session recorder plus its flight recorder: pass :attr:`observers` and :attr:`sink` to the loop."""
+
+    def __init__(self, folder: str | Path, header: dict[str, Any], sink, audio: bool = True,
+                 flight=None):
+        from edge_rt.flight import FlightOptions, FlightRecorder
+
+        self.recorder = SessionRecorder(folder, header, audio=audio)
+        self.flight = FlightRecorder(self.recorder.dir / "flight", flight or FlightOptions())
+        self.sink = self.recorder.wrap_sink(sink)
+        self.observers = [self.recorder, self.flight]
+
+    @property
+    def dir(self) -> Path:
+        return self.recorder.dir
+
+    def close(self, **summary: Any) -> None:
+        self.flight.close()
+        self.recorder.close(flight_dumps=[p.name for p in self.flight.dumps],
+                            flight_write_errors=self.flight.write_errors, **summary)

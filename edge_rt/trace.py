@@ -35,6 +35,8 @@ class UtteranceTrace:
     text: str = ""
     translation: str = ""
     dropped: str = ""  # why the utterance produced no speech, if it did not
+    end_reason: str = ""  # silence | complete (early commit) | max_length | flush
+    speculative: bool = False  # the final hypothesis was computed during the pause, before the end
     t_ns: dict[str, int] = field(default_factory=dict)
 
     def stamp(self, event: str, t_ns: int) -> None:

@@ -46,12 +46,46 @@ def port_names() -> list[str]:
     return [line.strip() for line in out.splitlines() if line.strip()]
 
 
-def clients() -> set[str]:
-    return {name.split(":", 1)[0] for name in port_names()}
-
-
 def connect(src: str, dst: str) -> None:
     subprocess.run(["jack_connect", src, dst], check=True, capture_output=True)
+
+
+def _await_new_ports(before: set[str], timeout_s: float = 10.0) -> dict[str, str]:
+    """The one new output and one new input port that appeared since ``before``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        new = [p for p in port_names() if p not in before]
+        outs = [p for p in new if p.rsplit(":", 1)[1].startswith("out_")]
+        ins = [p for p in new if p.rsplit(":", 1)[1].startswith("in_")]
+        if outs and ins:
+            return {"out": outs[0], "in": ins[0]}
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"JACK ports did not appear; new ports: {new}")
+        time.sleep(0.05)
+
+
+def start_edge_rt(args: list[str], harness: "Harness", timeout_s: float = 120.0):
+    """Start `python -m edge_rt ARGS` (a command that opens one input and one output stream) and wire it
+    to the harness: harness out → its in, its out → harness in. Returns (process, stderr lines)."""
+    import sys
+
+    before = set(port_names())
+    proc = subprocess.Popen([sys.executable, "-m", "edge_rt", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
+    deadline = time.monotonic() + timeout_s
+    while not any("listening" in line for line in lines):
+        if proc.poll() is not None:
+            raise RuntimeError(f"edge-rt exited early ({proc.returncode}): {''.join(lines)}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError("edge-rt did not start listening")
+        time.sleep(0.1)
+    ours = _await_new_ports(before | set(harness.ports.values()))
+    connect(harness.ports["out"], ours["in"])
+    connect(ours["out"], harness.ports["in"])
+    return proc, lines
 
 
 class Harness:
@@ -76,10 +110,13 @@ class Harness:
         def in_cb(indata, frames, t, status):
             self.recorded.append(indata[:, 0].copy())
 
+        before = set(port_names())
         self._out = sd.OutputStream(samplerate=RATE, channels=1, blocksize=PERIOD, dtype="float32", callback=out_cb)
         self._in = sd.InputStream(samplerate=RATE, channels=1, blocksize=PERIOD, dtype="float32", callback=in_cb)
         self._out.start()
         self._in.start()
+        # This process's PortAudio client may already hold ports from earlier streams: find ours by difference.
+        self.ports = _await_new_ports(before)
 
     def play(self) -> None:
         self.play_started_ns = time.monotonic_ns()

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from edge_rt.audio.files import read_audio, resample
+from edge_rt.audio.files import resample
 from edge_rt.stages.asr import Asr
 
 

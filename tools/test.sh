@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Install everything the tests need, build both packs (real weights), run pytest.
+# Install everything the tests need (apt + pip), build both packs (real weights), run pytest.
+# The live-audio tests start a JACK dummy server themselves when none runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-EXTRAS=dev bash tools/setup.sh tiny default
+bash tools/system_deps.sh
+EXTRAS=dev,audio bash tools/setup.sh tiny default
 . .venv/bin/activate
 python -m pytest -q -ra "$@"

@@ -70,7 +70,7 @@ class EndpointOptions:
 class Event(NamedTuple):
     kind: str  # "start" | "end"
     sample: int  # start: first sample of the utterance (pre-roll included); end: one past its last speech sample
-    reason: str = ""  # end: "silence" | "max_length" | "flush"
+    reason: str = ""  # end: "silence" | "max_length" | "complete" (forced by the loop) | "flush"
 
 
 class Endpointer:
@@ -140,13 +140,27 @@ class Endpointer:
             self._open(cut)
         return events
 
-    def flush(self, frame_index: int) -> list[Event]:
-        """End an open utterance (end of stream)."""
+    @property
+    def silence_frames(self) -> int:
+        """Consecutive frames below the continuation level inside the current utterance (0 outside)."""
+        return self._silence if self.in_speech else 0
+
+    @property
+    def speech_end_sample(self) -> int:
+        """One past the last speech sample of the current utterance."""
+        return (self._last_speech_frame + 1) * VAD_FRAME
+
+    def force_end(self, reason: str = "complete") -> list[Event]:
+        """End the open utterance now, at its last speech frame (e.g. the sentence is clearly complete)."""
         if not self.in_speech:
             return []
-        end = (self._last_speech_frame + 1) * VAD_FRAME
+        end = self.speech_end_sample
         self._close()
-        return [Event("end", end, "flush")]
+        return [Event("end", end, reason)]
+
+    def flush(self, frame_index: int) -> list[Event]:
+        """End an open utterance (end of stream)."""
+        return self.force_end("flush")
 
     def _open(self, first_frame: int) -> None:
         self.in_speech = True

@@ -42,7 +42,14 @@ class LoopOptions:
     source: str | None = None  # None: detect per utterance
     endpoint: EndpointOptions = field(default_factory=EndpointOptions)
     partials: bool = True  # re-decode the growing utterance for live captions and the stable prefix
-    partial_interval_ms: int = 480  # how often a partial is decoded
+    partial_interval_ms: int = 960  # how often a partial is decoded
+    # Speculation: once speech pauses for this long, decode and translate the utterance so far;
+    # if the pause becomes the end, that work is reused (None: off).
+    speculate_after_ms: int | None = 96
+    # ... and when that hypothesis is a complete sentence (ends in . ? !), end the utterance
+    # right there instead of waiting for the whole hangover.
+    early_commit: bool = True
+    min_commit_words: int = 2  # a one-word "sentence" is not trusted to be complete
     min_partial_s: float = 1.0  # no partial before this much speech
     max_lag_s: float = 1.5  # skip partial decodes while the worker is this far behind the capture side
     idle_sleep_s: float = 0.004  # wait when no hop is ready
@@ -50,6 +57,28 @@ class LoopOptions:
     def __post_init__(self):
         if self.partial_interval_ms < 100:
             raise ValueError(f"partial_interval_ms must be >= 100, got {self.partial_interval_ms}")
+        if self.speculate_after_ms is not None and self.speculate_after_ms >= self.endpoint.hangover_ms:
+            raise ValueError(f"speculate_after_ms ({self.speculate_after_ms}) must be shorter than the hangover "
+                             f"({self.endpoint.hangover_ms} ms), or None to turn speculation off")
+
+
+SENTENCE_END = (".", "?", "!", "。", "？", "！")
+
+
+@dataclass(frozen=True)
+class _Hypothesis:
+    """The final text of an utterance up to ``end``, its translation, and when they were ready."""
+
+    end: int  # capture sample index the hypothesis covers up to
+    lang: str
+    text: str
+    translation: str
+    asr_ns: int
+    mt_ns: int
+
+    @property
+    def complete(self) -> bool:
+        return self.text.rstrip().endswith(SENTENCE_END)
 
 
 @dataclass
@@ -57,6 +86,7 @@ class _Utterance:
     trace: UtteranceTrace
     agreement: LocalAgreement = field(default_factory=LocalAgreement)
     next_partial: int = 0  # sample index at which the next partial is due
+    speculation: _Hypothesis | None = None
 
 
 class Loop:
@@ -145,6 +175,8 @@ class Loop:
         for event in self.endpointer.push(frame, p):
             self._on_event(event)
         if self._current is not None:
+            self._maybe_speculate()
+        if self._current is not None:
             self._maybe_partial(first + n)
         self._advance_output()
 
@@ -163,8 +195,9 @@ class Loop:
         tr.end_sample = event.sample
         tr.stamp("speech_end", clock.ns(event.sample))
         tr.stamp("end_detected", clock.now_ns())
+        tr.end_reason = event.reason
         try:
-            self._finalize(tr)
+            self._finalize(tr, utt.speculation)
         except EdgeRtError as e:  # a bad request: the loop goes on, the utterance is reported
             tr.dropped = str(e)
             self.errors.append(str(e))
@@ -172,10 +205,31 @@ class Loop:
                 o.on_error(e, tr)
             self._close(tr)
 
+    def _maybe_speculate(self) -> None:
+        """At the start of a pause, do the end-of-utterance work ahead; commit early if the sentence is complete."""
+        o = self.options
+        if o.speculate_after_ms is None:
+            return
+        frames = max(1, -(-o.speculate_after_ms * SAMPLE_RATE // (1000 * VAD_FRAME)))
+        if self.endpointer.silence_frames != frames:
+            return
+        utt = self._current
+        end = self.endpointer.speech_end_sample
+        try:
+            hyp = self._recognize(utt.trace.start_sample, end)
+        except EdgeRtError:
+            return  # the real end will report it
+        utt.speculation = hyp
+        if o.early_commit and hyp.complete and len(hyp.text.split()) >= o.min_commit_words:
+            for event in self.endpointer.force_end("complete"):
+                self._on_event(event)
+
     def _maybe_partial(self, now: int) -> None:
         utt = self._current
         if not self.options.partials or now < utt.next_partial:
             return
+        if self.endpointer.silence_frames:
+            return  # a pause: speculation decodes instead
         lag = self.source.ring.available() / SAMPLE_RATE
         utt.next_partial = now + self.options.partial_interval_ms * SAMPLE_RATE // 1000
         if lag > self.options.max_lag_s:
@@ -186,33 +240,49 @@ class Loop:
             utt.agreement.update(result.text)
             self.on_caption("partial", utt.trace.utterance, result.language, result.text)
 
-    def _finalize(self, tr: UtteranceTrace) -> None:
+    def _recognize(self, start: int, end: int) -> _Hypothesis:
+        """ASR (+ Whisper translate task) + MT of capture samples [start, end)."""
         st, clock = self.stages, self.source.clock
-        audio = self.history.slice(tr.start_sample, tr.end_sample)
+        audio = self.history.slice(start, end)
         first = st.asr.transcribe(audio, language=self.options.source)
-        tr.lang, tr.text = first.language, first.text.strip()
-        if not tr.text:
+        text = first.text.strip()
+        if not text:
+            now = clock.now_ns()
+            return _Hypothesis(end, first.language, "", "", now, now)
+        route = st.route(first.language, self.options.target)
+        spoken = text
+        if route.asr_task == "translate":
+            spoken = st.asr.transcribe(audio, language=first.language, task="translate").text.strip()
+        asr_ns = clock.now_ns()
+        if route.mt_pair and spoken:
+            spoken = st.mt.translate(spoken, *route.mt_pair)
+        return _Hypothesis(end, first.language, text, spoken, asr_ns, clock.now_ns())
+
+    def _finalize(self, tr: UtteranceTrace, speculation: _Hypothesis | None = None) -> None:
+        if speculation is not None and speculation.end == tr.end_sample:
+            hyp = speculation  # no speech since the pause began: the work is done
+            tr.speculative = True
+        else:
+            hyp = self._recognize(tr.start_sample, tr.end_sample)
+        # Work done ahead counts as ready when the end was declared.
+        detected = tr.t_ns["end_detected"]
+        tr.lang, tr.text = hyp.lang, hyp.text
+        if not hyp.text:
             tr.dropped = "no speech recognised (silence or noise)"
             self._close(tr)
             return
         self.on_caption("final", tr.utterance, tr.lang, tr.text)
-        route = st.route(tr.lang, self.options.target)
-        text = tr.text
-        if route.asr_task == "translate":
-            text = st.asr.transcribe(audio, language=tr.lang, task="translate").text.strip()
-        tr.stamp("asr_final", clock.now_ns())
-        if route.mt_pair and text:
-            text = st.mt.translate(text, *route.mt_pair)
-        tr.translation = text
-        tr.stamp("mt_done", clock.now_ns())
-        self.on_caption("translation", tr.utterance, self.options.target, text)
-        if not text:
+        tr.stamp("asr_final", max(hyp.asr_ns, detected))
+        tr.translation = hyp.translation
+        tr.stamp("mt_done", max(hyp.mt_ns, detected))
+        self.on_caption("translation", tr.utterance, self.options.target, hyp.translation)
+        if not hyp.translation:
             tr.dropped = "empty translation"
             self._close(tr)
             return
         # Streaming TTS: the first clause now, the rest one per iteration.
         self._drain_clauses()  # a previous translation's remaining clauses go first
-        self._clauses = iter(st.tts.clauses(text, self.options.target))
+        self._clauses = iter(self.stages.tts.clauses(hyp.translation, self.options.target))
         self._clause_trace = tr
         self._next_clause()
 

@@ -8,18 +8,14 @@ back with the pack's ASR and must hold the words of the translation.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
-import threading
 import time
 
 import numpy as np
 import pytest
 
 from edge_rt.audio.files import read_audio
-from tests.jack import RATE, Harness, clients, connect, ensure_jack
+from tests.jack import RATE, Harness, ensure_jack, start_edge_rt
 
 
 @pytest.fixture(scope="module")
@@ -35,27 +31,15 @@ def _words(text: str) -> set[str]:
     return {w.strip(".,!?;:").lower() for w in text.split() if len(w.strip(".,!?;:")) > 2}
 
 
-def test_live_run_translates_speech_into_the_headset(jack, default_pack, speech_dir, tmp_path):
+@pytest.mark.parametrize("backend", ["sounddevice", "pyaudio"])
+def test_live_run_translates_speech_into_the_headset(jack, default_pack, speech_dir, tmp_path, backend):
     clip = read_audio(speech_dir / "en_jfk.wav")
     harness = Harness(clip)
     try:
-        before = clients()
         trace_path = tmp_path / "trace.jsonl"
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "edge_rt", "run", "--to", "pt", "--from", "en", "--device-in", "0",
-             "--device-out", "0", "--rate-in", str(RATE), "--rate-out", str(RATE), "--trace", str(trace_path)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        lines: list[str] = []
-        threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
-        deadline = time.monotonic() + 120
-        while not any("listening" in line for line in lines):
-            assert proc.poll() is None, f"edge-rt run exited early: {''.join(lines)}"
-            assert time.monotonic() < deadline, "edge-rt run did not start listening"
-            time.sleep(0.1)
-        (ours,) = {c for c in clients() - before if c != "system"} or {"PortAudio-01"}
-        harness_client = "PortAudio" if ours != "PortAudio" else "PortAudio-01"
-        connect(f"{harness_client}:out_0", f"{ours}:in_0")
-        connect(f"{ours}:out_0", f"{harness_client}:in_0")
+        proc, lines = start_edge_rt(
+            ["run", "--to", "pt", "--from", "en", "--device-in", "0", "--device-out", "0", "--rate-in", str(RATE),
+             "--rate-out", str(RATE), "--trace", str(trace_path), "--backend", backend], harness)
         harness.play()
         while not harness.done_playing:
             time.sleep(0.1)
@@ -80,5 +64,4 @@ def test_live_run_translates_speech_into_the_headset(jack, default_pack, speech_
     heard = Asr.from_pack(default_pack).transcribe(recorded, language="pt").text
     expected = _words(" ".join(t["translation"] for t in spoken))
     got = _words(heard)
-    print("heard:", heard, "| expected:", sorted(expected), "| latencies:", [round(t["turn_latency_ms"]) for t in spoken])
     assert len(expected & got) >= 0.4 * len(expected), (heard, expected)
