@@ -125,11 +125,37 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_soak(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from edge_rt.soak import SoakOptions, soak
+
+    console = Console(stderr=True)
+    opts = SoakOptions(minutes=args.soak, pack=args.pack, precision=args.precision, threads=args.threads,
+                       clips=tuple(args.clip), warmup_s=args.soak_warmup_s,
+                       speech_dir=Path(args.speech_dir) if args.speech_dir else None)
+    result = soak(opts, log=lambda s: console.print(
+        f"{s['t_s']:7.0f} s  RSS {s['rss_mb']:6.1f} MB  lag {s['capture_lag_s']:5.2f} s  playback "
+        f"{s['playback_backlog_s']:5.2f} s  overruns {s['overruns']}  utterances {s['utterances']}", highlight=False,
+        soft_wrap=True))
+    if args.json:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+    else:
+        rss, lag = result["rss_mb"], result["capture_lag_s"]
+        console.print(f"soak {opts.minutes:g} min: RSS {rss['warm']:.0f} → {rss['end']:.0f} MB after warm-up "
+                      f"({rss['growth_pct_after_warmup']:+.1f} %), lag max {lag['first_half_max']:.2f} s / "
+                      f"{lag['second_half_max']:.2f} s (1st / 2nd half), overruns {result['capture']['overruns']}, "
+                      f"utterances {result['utterances']['total']}", highlight=False)
+    return 0
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from edge_rt.bench import BenchOptions, bench
 
+    if args.soak is not None:
+        return _cmd_soak(args)
     console = Console(stderr=True)
 
     def log(r):
@@ -293,6 +319,30 @@ def _add_ops_commands(sub) -> None:
     rr.set_defaults(func=_cmd_report)
 
 
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from edge_rt.eval import EvalOptions, evaluate
+
+    precisions = tuple(args.precisions.split(","))
+    for p in precisions:
+        if p not in ("int8", "fp32"):
+            raise EdgeRtError(f"--precisions takes int8 and/or fp32 separated by commas, not {p!r}")
+    result = evaluate(EvalOptions(pack=args.pack, precisions=precisions, threads=args.threads,
+                                  clips=tuple(args.clip), limit=args.limit, spoken=not args.no_spoken))
+    if args.json:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+        return 0
+    table = Table("precision", "ASR (WER/CER %)", "chrF", "BLEU", "ASR-BLEU", "round-trip WER %")
+    for p, r in result["precisions"].items():
+        asr = ", ".join(f"{lang} {v['value']:.1f}" for lang, v in r["asr"].items())
+        table.add_row(p, asr, str(r["translation"]["chrf"]), str(r["translation"]["bleu"]),
+                      str(r["asr_bleu"]["bleu"]), str(r.get("spoken_roundtrip_wer")))
+    Console().print(table)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="edge-rt", description="On-device live speech translation.")
     ap.add_argument("--version", action="version", version=f"edge-rt {__import__('edge_rt').__version__}")
@@ -332,8 +382,21 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-early-commit", action="store_true", help="always wait the whole hangover")
     b.add_argument("--json", action="store_true")
     b.add_argument("--plot", default=None, help="write a PNG: per-stage heat-map and latency distribution")
+    b.add_argument("--soak", type=float, default=None, metavar="MINUTES",
+                   help="soak instead: speech and silence at real time for MINUTES; RSS, lag, overruns as JSON")
+    b.add_argument("--soak-warmup-s", type=float, default=None,
+                   help="with --soak: seconds before RSS growth is measured (default: one pass over the clips)")
     _add_pack_args(b)
     b.set_defaults(func=_cmd_bench)
+
+    e = sub.add_parser("eval", help="accuracy on the real speech set: WER/CER, chrF/BLEU, ASR-BLEU, INT8 vs FP32")
+    e.add_argument("--clip", action="append", default=[], help="clip id from manifest.jsonl (repeatable)")
+    e.add_argument("--limit", type=int, default=None)
+    e.add_argument("--precisions", default="int8,fp32", help="comma-separated: int8,fp32 (default both)")
+    e.add_argument("--no-spoken", action="store_true", help="skip transcribing the synthesized output back")
+    e.add_argument("--json", action="store_true")
+    _add_pack_args(e)
+    e.set_defaults(func=_cmd_eval)
 
     d = sub.add_parser("devices", help="list audio devices")
     d.add_argument("--backend", choices=("sounddevice", "pyaudio"), default="sounddevice")

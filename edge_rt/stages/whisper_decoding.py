@@ -115,6 +115,28 @@ class GreedyDecoder:
         return token
 
 
+def repeated_tail(tokens: Sequence[int], long_block: int = 8, short_repeats: int = 3) -> int:
+    """Length of a looping tail to cut, or 0.
+
+    Greedy Whisper without temperature fallback can loop ("A. B. B. B. ...").
+    A tail that repeats the block just before it is a loop when the block is at
+    least ``long_block`` tokens (a verbatim 8-token repeat does not occur in
+    speech), or when a shorter block repeats ``short_repeats`` times in a row.
+    Returns how many tokens to drop so that one copy of the block stays.
+    """
+    n = len(tokens)
+    for size in range(1, n // 2 + 1):
+        if tokens[n - size :] != tokens[n - 2 * size : n - size]:
+            continue
+        if size >= long_block:
+            return size
+        if n >= short_repeats * size and all(
+            tokens[n - (k + 1) * size : n - k * size] == tokens[n - size :] for k in range(1, short_repeats)
+        ):
+            return (short_repeats - 1) * size
+    return 0
+
+
 @dataclass(frozen=True)
 class WindowResult:
     """Decoding of one encoder window."""
@@ -194,4 +216,8 @@ class DecodingTask:
             if token == self.vocab.eot:
                 break
             tokens.append(token)
+            cut = repeated_tail(tokens)
+            if cut:  # a repetition loop: keep one copy and stop
+                del tokens[-cut:]
+                break
         return WindowResult(tuple(tokens), decoder.sum_logprob, no_speech, language, language_prob)

@@ -222,3 +222,30 @@ def test_latency_report(asr):
         f"decoder {per_token * 1e3:.1f} ms/token (30-s window)"
     )
     assert times[5] < times[30]
+
+
+def test_repetition_loops_are_cut_to_one_copy():
+    from edge_rt.stages.whisper_decoding import repeated_tail
+
+    block = list(range(100, 112))  # a 12-token sentence
+    assert repeated_tail([1, 2, 3] + block + block) == len(block)
+    assert repeated_tail([5, 6, 7, 7, 7]) == 2  # short blocks must repeat three times
+    assert repeated_tail([5, 6, 7, 7]) == 0
+    assert repeated_tail([1, 2, 3, 4, 1, 2, 3, 4]) == 0  # a short phrase said twice is speech
+    assert repeated_tail([]) == 0
+
+
+def test_german_clip_that_loops_greedily_is_cut(default_pack, speech_dir):
+    from edge_rt.audio.files import read_audio
+    from edge_rt.loop.stages import StageOptions, Stages
+    from edge_rt.translate import TranslateOptions, translate_audio
+
+    # Segmented by the live endpointer, this clip's last utterance made greedy decoding loop
+    # ("Selbst ein großer Dinosaurier ... gewachsen." six times) before loops were cut.
+    stages = Stages.load(default_pack, StageOptions(precision="fp32"))
+    audio = read_audio(speech_dir / "de_fleurs_test_001.wav")
+    utts, _, _ = translate_audio(stages, audio, TranslateOptions(target="en", source="de"))
+    text = " ".join(u.text for u in utts)
+    sentences = [s.strip() for s in text.replace("?", ".").split(".") if s.strip()]
+    assert "Dinosaurier" in text
+    assert len(sentences) == len(set(sentences)), text
