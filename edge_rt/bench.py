@@ -51,7 +51,7 @@ class BenchOptions:
     speech_dir: Path | None = None
     partials: bool = True  # live captions (costs compute during speech)
     speculate: bool = True  # decode + translate at the start of each pause
-    early_commit: bool = True  # end at a complete sentence instead of waiting the whole hangover
+    early_commit: bool = False  # end at a complete sentence instead of waiting the whole hangover
 
     def loop_options(self, target: str) -> LoopOptions:
         return LoopOptions(target=target, partials=self.partials,
@@ -208,3 +208,38 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
         "baseline": f"{BASELINE_SILENCE_MS} ms silence + whole clip, Whisper 30 s window, FP32, full-sentence TTS",
         "clips": [r.as_dict() for r in results],
     }
+
+
+# -- perf-regression check ------------------------------------------------------------
+CHECK_TOLERANCE = 0.25  # fail when live/serial P50 grows by more than this fraction
+
+
+def latency_ratio(result: dict) -> float:
+    """Live turn-latency P50 over the serial baseline's P50, measured in the same run."""
+    live, base = result["turn_latency_ms"]["p50"], result["baseline_turn_latency_ms"]["p50"]
+    if not live or not base:
+        from edge_rt.errors import EdgeRtError
+
+        raise EdgeRtError("the bench produced no latency (missed every clip, or ran without the baseline)")
+    return live / base
+
+
+def check_regression(result: dict, recorded: dict) -> tuple[bool, str]:
+    """Compare this run's ratio with the recorded one; (ok, message)."""
+    ratio = latency_ratio(result)
+    limit = recorded["ratio_p50"] * (1 + recorded.get("tolerance", CHECK_TOLERANCE))
+    ok = ratio <= limit
+    msg = (f"live/serial turn-latency P50 ratio {ratio:.3f} (recorded {recorded['ratio_p50']:.3f}, "
+           f"limit {limit:.3f}): {'ok' if ok else 'REGRESSION'}")
+    return ok, msg
+
+
+def record_check(result: dict, clips: list[str], path: str | Path) -> dict:
+    from edge_rt.atomic import atomic_write
+
+    data = {"clips": clips, "pack": result["pack"], "precision": result["precision"],
+            "ratio_p50": round(latency_ratio(result), 4), "tolerance": CHECK_TOLERANCE,
+            "turn_latency_p50_ms": result["turn_latency_ms"]["p50"],
+            "baseline_p50_ms": result["baseline_turn_latency_ms"]["p50"]}
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(data, indent=2) + "\n"))
+    return data

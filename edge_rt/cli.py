@@ -99,8 +99,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
         recording = Recording(args.record, live_header(args.pack, args.precision, args.threads, options, source, sink,
                                                        args.latency_budget_ms), sink,
                               flight=FlightOptions(latency_budget_ms=args.latency_budget_ms))
+    observers = list(recording.observers) if recording else []
+    metrics = None
+    if args.metrics_port:
+        from edge_rt.metrics import Metrics
+
+        metrics = Metrics()
+        metrics.serve(args.metrics_port, args.metrics_bind)
+        observers.append(metrics)
     loop = Loop(stages, source, recording.sink if recording else sink, options,
-                on_caption=captions, trace=trace, observers=recording.observers if recording else ())
+                on_caption=captions, trace=trace, observers=observers)
 
     def stop(signum, frame):
         loop.stop()
@@ -114,6 +122,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     worker.start()
     while worker.is_alive():
         worker.join(0.2)  # the main thread stays free to take signals
+    if metrics is not None:
+        metrics.close()
     if trace:
         trace.close()
     if recording:
@@ -164,11 +174,26 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         console.print(f"{r.id:34} {r.lang}→{r.target} turn {lat} ms  serial {base} ms  {r.translation[:60]}",
                       highlight=False)
 
+    recorded = None
+    if args.check:
+        recorded = json.loads(Path(args.check).read_text())
+        args.clip = args.clip or recorded["clips"]
     opts = BenchOptions(pack=args.pack, precision=args.precision, threads=args.threads, clips=tuple(args.clip),
                         limit=args.limit, baseline=not args.no_baseline, partials=not args.no_partials,
-                        speculate=not args.no_speculation, early_commit=not args.no_early_commit,
+                        speculate=not args.no_speculation, early_commit=args.early_commit,
                         speech_dir=Path(args.speech_dir) if args.speech_dir else None)
     result = bench(opts, log=log)
+    if args.record_check:
+        from edge_rt.bench import record_check
+
+        record_check(result, [c["id"] for c in result["clips"]], args.record_check)
+    ok = True
+    if recorded is not None:
+        from edge_rt.bench import check_regression
+
+        ok, msg = check_regression(result, recorded)
+        result["check"] = {"ok": ok, "message": msg}
+        console.print(msg, highlight=False)
     if args.plot:
         from edge_rt.plots import bench_plot
 
@@ -181,7 +206,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                       f"{(base['p50'] or 0):.0f} ms; speed-up {result['speedup_p50'] or 0:.2f}x; "
                       f"peak RSS {result['rss_mb_peak']:.0f} MB; cold start {result['cold_start_s']:.1f} s",
                       highlight=False)
-    return 0
+    return 0 if ok else 1
 
 
 # -- operations: serve, doctor, replay, report (systemd/README.md) ---------------
@@ -366,6 +391,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--backend", choices=("sounddevice", "pyaudio"), default="sounddevice")
     r.add_argument("--hangover-ms", type=int, default=288, help="silence that ends an utterance (default 288)")
     r.add_argument("--trace", default=None, help="append one JSON line per utterance to this file")
+    r.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus /metrics on this port (0: off)")
+    r.add_argument("--metrics-bind", default="127.0.0.1", help="address for /metrics (default 127.0.0.1)")
     r.add_argument("--record", default=None, help="field test: record the session into this new folder")
     r.add_argument("--latency-budget-ms", type=float, default=1500.0,
                    help="with --record: dump the flight recorder when an utterance is slower (default 1500)")
@@ -379,7 +406,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-baseline", action="store_true", help="skip the serial baseline")
     b.add_argument("--no-partials", action="store_true", help="no partial decodes (live captions) during speech")
     b.add_argument("--no-speculation", action="store_true", help="no decode/translate ahead at pauses")
-    b.add_argument("--no-early-commit", action="store_true", help="always wait the whole hangover")
+    b.add_argument("--early-commit", action="store_true",
+                   help="end an utterance at a pause once its text is a complete sentence (faster, less accurate)")
+    b.add_argument("--check", default=None, metavar="FILE",
+                   help="perf-regression check: run FILE's clips, fail if live/serial P50 grew > its tolerance")
+    b.add_argument("--record-check", default=None, metavar="FILE", help="write this run's ratio as a check file")
     b.add_argument("--json", action="store_true")
     b.add_argument("--plot", default=None, help="write a PNG: per-stage heat-map and latency distribution")
     b.add_argument("--soak", type=float, default=None, metavar="MINUTES",

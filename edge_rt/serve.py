@@ -75,6 +75,8 @@ class Server:
         self._stop = threading.Event()
         self._loop = None
         self._ready = False
+        self._lost_at: float | None = None  # monotonic time the audio device was lost
+        self._metrics = None
         self.sessions = 0
 
     def stop(self) -> None:
@@ -85,6 +87,9 @@ class Server:
             loop.stop()
 
     def _mark_ready(self) -> None:
+        if self._lost_at is not None:  # the gap is logged: no audio was heard in it
+            self.log(f"audio device back after {time.monotonic() - self._lost_at:.1f} s without audio")
+            self._lost_at = None
         if not self._ready:
             self._ready = True
             self.notifier.ready("listening")
@@ -93,6 +98,8 @@ class Server:
 
     def _wait(self, seconds: float, why: str) -> None:
         """Back-off that keeps systemd informed (the main thread is alive, so it may ping)."""
+        if self._lost_at is None:
+            self._lost_at = time.monotonic()
         self.notifier.status(f"{why}; retrying in {seconds:.0f} s")
         self.log(f"{why}; retrying in {seconds:.0f} s")
         if not self._ready:
@@ -114,7 +121,13 @@ class Server:
         pack = BuiltPack.load(c.pack.name)
         stages = Stages.load(pack, StageOptions(precision=c.pack.precision, threads=c.pack.threads))
         options = LoopOptions(target=c.translate.to, source=c.translate.source,
-                              endpoint=EndpointOptions(hangover_ms=c.loop.hangover_ms))
+                              endpoint=EndpointOptions(hangover_ms=c.loop.hangover_ms),
+                              keep_traces=1000)  # always on: memory must not grow with every utterance
+        if c.metrics.port:  # one registry for the whole service life, across audio reopenings
+            from edge_rt.metrics import Metrics
+
+            self._metrics = Metrics()
+            self._metrics.serve(c.metrics.port, c.metrics.bind)
         failures = 0
         while not self._stop.is_set():
             if failures and c.audio.backend == "sounddevice":
@@ -148,6 +161,8 @@ class Server:
         c = self.config
         observer = ServiceObserver(self.notifier, c.audio.stall_s, self._mark_ready)
         observers: list[LoopObserver] = [observer]
+        if self._metrics is not None:
+            observers.append(self._metrics)
         recording = None
         if c.record.dir:
             header = live_header(c.pack.name, c.pack.precision, c.pack.threads, options, source, sink,

@@ -26,6 +26,7 @@ class TranslateOptions:
     target: str  # language to speak: "en" or "pt" with the default pack
     source: str | None = None  # None: Whisper detects the language of each utterance
     endpoint: EndpointOptions = field(default_factory=EndpointOptions)
+    early_commit: bool = False  # as LoopOptions.early_commit
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,8 @@ def translate_audio(stages: Stages, audio: np.ndarray, options: TranslateOptions
     rate = stages.tts.sample_rate(options.target) if options.target in stages.tts.languages else SAMPLE_RATE
     sink = TimelineSink(rate, now_s=lambda: source.ring.read_index / SAMPLE_RATE)
     loop = Loop(stages, source, sink, LoopOptions(target=options.target, source=options.source,
-                                                  endpoint=options.endpoint, partials=False))
+                                                  endpoint=options.endpoint, partials=False,
+                                                  early_commit=options.early_commit))
     traces = loop.run()
     utts = [Utterance.from_trace(t) for t in traces if t.translation]
     return utts, sink.audio(min_seconds=len(audio) / SAMPLE_RATE), rate
