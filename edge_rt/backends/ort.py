@@ -67,3 +67,36 @@ class OrtEngine:
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         outs = self._session.run(self._outputs, dict(inputs))
         return dict(zip(self._outputs, outs))
+
+    def bind(self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]) -> "OrtBoundRun":
+        """IOBinding over preallocated host buffers: each run reads ``inputs`` and writes ``outputs`` in place.
+
+        The arrays must stay alive and keep their shapes; change their contents, not the objects.
+        Names not given are an error, so nothing is silently allocated per call.
+        """
+        missing = [n for n in self._inputs if n not in inputs] + [n for n in self._outputs if n not in outputs]
+        if missing:
+            raise ValueError(f"{self.path.name}: bind() needs buffers for {missing}")
+        io = self._session.io_binding()
+        for name, arr in inputs.items():
+            _check_buffer(name, arr)
+            io.bind_cpu_input(name, arr)
+        for name, arr in outputs.items():
+            _check_buffer(name, arr)
+            io.bind_output(name, "cpu", 0, arr.dtype, list(arr.shape), arr.ctypes.data)
+        return OrtBoundRun(self._session, io, (inputs, outputs))
+
+
+def _check_buffer(name: str, arr: np.ndarray) -> None:
+    if not isinstance(arr, np.ndarray) or not arr.flags.c_contiguous:
+        raise ValueError(f"buffer {name!r} must be a C-contiguous numpy array")
+
+
+class OrtBoundRun:
+    """One bound step; keeps the buffers alive as long as it lives."""
+
+    def __init__(self, session, binding, keep):
+        self._session, self._binding, self._keep = session, binding, keep
+
+    def run(self) -> None:
+        self._session.run_with_iobinding(self._binding)

@@ -112,7 +112,6 @@ class Asr:
         self._task = DecodingTask(inference, vocab, tuple(filters), options.max_new_tokens)
         stride_s = options.bucket_s or self.buckets_s[-1]
         self._stride = bucket_frames(stride_s)  # frames per consecutive window
-        self._mel_buffers = {b: np.zeros((1, inference.n_mels, bucket_frames(b)), np.float32) for b in self.buckets_s}
 
     @classmethod
     def from_pack(cls, pack: "BuiltPack", options: AsrOptions = AsrOptions()) -> "Asr":
@@ -198,7 +197,8 @@ class Asr:
                 lang = language or self.languages[0]
                 windows.append(_Window(WindowResult((), 0.0, 1.0, lang, 0.0), bucket, "", silent=True, gated=True))
                 continue
-            self._inference.encode(melmod.window(mel, start, bucket_frames(bucket), out=self._mel_buffers[bucket]))
+            frames_b = bucket_frames(bucket)
+            self._inference.encode(melmod.window(mel, start, frames_b, out=self._inference.mel_buffer(frames_b)))
             r = self._task.run(lambda lang: self.tokenizer.prompt(lang, task), language)
             language = language or r.language  # later windows keep the first window's language
             text = self.tokenizer.decode(r.tokens).strip()

@@ -38,7 +38,11 @@ class SileroVad:
         self._input = np.zeros((1, VAD_CONTEXT + VAD_FRAME), dtype=np.float32)
         self._state = np.zeros(STATE_SHAPE, dtype=np.float32)
         self._sr = np.array(SAMPLE_RATE, dtype=np.int64)
-        self._feeds = {"input": self._input, "state": self._state, "sr": self._sr}
+        self._prob = np.zeros((1, 1), dtype=np.float32)
+        self._state_out = np.zeros(STATE_SHAPE, dtype=np.float32)
+        # Bound once: each frame copies in, runs and copies the state back, allocating nothing.
+        self._step = engine.bind({"input": self._input, "state": self._state, "sr": self._sr},
+                                 {"output": self._prob, "stateN": self._state_out})
 
     @classmethod
     def from_pack(cls, pack: BuiltPack, options: VadOptions = VadOptions()) -> "SileroVad":
@@ -57,9 +61,9 @@ class SileroVad:
         # The last 64 samples of the previous frame become this frame's context.
         self._input[0, :VAD_CONTEXT] = self._input[0, -VAD_CONTEXT:]
         self._input[0, VAD_CONTEXT:] = frame
-        out = self._engine.run(self._feeds)
-        self._state[...] = out["stateN"]
-        return float(out["output"][0, 0])
+        self._step.run()
+        self._state[...] = self._state_out
+        return float(self._prob[0, 0])
 
     def probabilities(self, audio: np.ndarray) -> np.ndarray:
         """Per-frame speech probabilities of a whole clip (zero-padded to whole frames).

@@ -27,52 +27,80 @@ def softmax(x: np.ndarray) -> np.ndarray:
 
 
 class WhisperInference:
-    """The exported encoder and one-step decoder, with a preallocated 448-position KV cache.
+    """The exported encoder and one-step decoder over buffers bound once per window bucket.
 
-    Graph I/O is documented in :mod:`edge_rt.build.whisper_graphs`. The caches and the
-    decoder's feed dict are built once; :meth:`step` writes each new key/value into the
-    cache in place (``n_text_layer * d_model`` floats) and allocates no cache memory.
+    Graph I/O is documented in :mod:`edge_rt.build.whisper_graphs`. For each
+    encoder window (bucket) the mel input, the cross-attention K/V, the
+    448-position self-attention cache, the logits and the new K/V are host
+    buffers allocated the first time the bucket is used and bound to both
+    engines (IOBinding), so :meth:`encode` and :meth:`step` allocate nothing:
+    a step writes its new key/value into the cache in place.
 
     Args:
         encoder, decoder: engines of ``whisper_encoder.onnx`` / ``whisper_decoder.onnx``.
-        dims: the manifest's ``dims`` (``n_text_layer``, ``n_text_head``, ``n_text_state``).
+        dims: the manifest's ``dims`` (``n_text_layer``, ``n_text_head``, ``n_text_state``, ``n_mels``, ``n_vocab``).
     """
 
     def __init__(self, encoder: Engine, decoder: Engine, dims: Mapping[str, int]):
         self.encoder, self.decoder = encoder, decoder
         n_layer, heads = int(dims["n_text_layer"]), int(dims["n_text_head"])
-        d_head = int(dims["n_text_state"]) // heads
+        self.d_head = int(dims["n_text_state"]) // heads
+        self.heads = heads
         self.n_layer = n_layer
         self.n_mels = int(dims["n_mels"])
-        self.self_k = np.zeros((n_layer, 1, heads, d_head, MAX_TEXT_CTX), np.float32)  # keys transposed
-        self.self_v = np.zeros((n_layer, 1, heads, MAX_TEXT_CTX, d_head), np.float32)
+        self.self_k = np.zeros((n_layer, 1, heads, self.d_head, MAX_TEXT_CTX), np.float32)  # keys transposed
+        self.self_v = np.zeros((n_layer, 1, heads, MAX_TEXT_CTX, self.d_head), np.float32)
         self._token = np.zeros((1, 1), np.int64)
         self._offset = np.zeros((1,), np.int64)
-        self._feeds: dict[str, np.ndarray] = {"tokens": self._token, "offset": self._offset}
-        for i in range(n_layer):  # contiguous views: ONNX Runtime reads them in place
-            self._feeds[f"self_k_{i}"] = self.self_k[i]
-            self._feeds[f"self_v_{i}"] = self.self_v[i]
+        self._logits = np.zeros((1, int(dims["n_vocab"])), np.float32)
+        self._new_k = np.zeros((n_layer, 1, heads, self.d_head), np.float32)
+        self._new_v = np.zeros((n_layer, 1, heads, self.d_head), np.float32)
+        self._buckets: dict[int, tuple[np.ndarray, object, object]] = {}  # frames -> (mel, encoder, decoder)
+        self._decode = None
+
+    def mel_buffer(self, frames: int) -> np.ndarray:
+        """The bound float32 [1, n_mels, frames] input of a bucket: write the window into it."""
+        return self._bucket(frames)[0]
+
+    def _bucket(self, frames: int):
+        if frames not in self._buckets:
+            positions = frames // 2  # conv2 has stride 2
+            L, H, dh = self.n_layer, self.heads, self.d_head
+            mel = np.zeros((1, self.n_mels, frames), np.float32)
+            cross_k = np.zeros((L, 1, H, dh, positions), np.float32)
+            cross_v = np.zeros((L, 1, H, positions, dh), np.float32)
+            enc = self.encoder.bind({"mel": mel}, {"cross_k": cross_k, "cross_v": cross_v})
+            feeds = {"tokens": self._token, "offset": self._offset}
+            for i in range(L):  # per-layer views are contiguous: bound in place
+                feeds[f"self_k_{i}"] = self.self_k[i]
+                feeds[f"self_v_{i}"] = self.self_v[i]
+                feeds[f"cross_k_{i}"] = cross_k[i]
+                feeds[f"cross_v_{i}"] = cross_v[i]
+            dec = self.decoder.bind(feeds, {"logits": self._logits, "new_k": self._new_k, "new_v": self._new_v})
+            self._buckets[frames] = (mel, enc, dec)
+        return self._buckets[frames]
 
     def encode(self, mel: np.ndarray) -> None:
         """Run the encoder on float32 [1, 80, frames]; the decoder then attends to it.
 
-        The self-attention cache is not cleared: slots at and after the current
+        Pass :meth:`mel_buffer` (filled in place) to avoid a copy. The
+        self-attention cache is not cleared: slots at and after the current
         offset are masked by the decoder graph, so stale values are never read.
         """
-        out = self.encoder.run({"mel": mel})
-        cross_k, cross_v = out["cross_k"], out["cross_v"]
-        for i in range(self.n_layer):
-            self._feeds[f"cross_k_{i}"] = cross_k[i]
-            self._feeds[f"cross_v_{i}"] = cross_v[i]
+        buf, enc, dec = self._bucket(mel.shape[-1])
+        if mel is not buf:
+            buf[...] = mel
+        enc.run()
+        self._decode = dec
 
     def step(self, token: int, offset: int) -> np.ndarray:
-        """Feed ``token`` at position ``offset`` (0-based); returns float32 logits [n_vocab]."""
+        """Feed ``token`` at position ``offset`` (0-based); returns float32 logits [n_vocab] (a view, reused)."""
         self._token[0, 0] = token
         self._offset[0] = offset
-        out = self.decoder.run(self._feeds)
-        self.self_k[..., offset] = out["new_k"]
-        self.self_v[..., offset, :] = out["new_v"]
-        return out["logits"][0]
+        self._decode.run()
+        self.self_k[..., offset] = self._new_k
+        self.self_v[..., offset, :] = self._new_v
+        return self._logits[0]
 
 
 class LogitFilter(Protocol):

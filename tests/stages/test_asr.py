@@ -184,12 +184,16 @@ def test_long_audio_uses_consecutive_windows_and_skips_digital_silence(asr, clip
     assert normalize(result.text) == normalize(meta["text"])
 
 
-def test_kv_cache_is_allocated_once(asr, clips):
+def test_buffers_are_bound_once_per_bucket(asr, clips):
     inference = asr._inference
-    k, v = inference.self_k, inference.self_v
-    asr.transcribe(clips["en_librispeech_1089-134691-0000"][1], language="en")
-    assert inference.self_k is k and inference.self_v is v
-    assert np.shares_memory(inference._feeds["self_k_0"], k) and np.shares_memory(inference._feeds["self_v_5"], v)
+    k, v, logits = inference.self_k, inference.self_v, inference._logits
+    audio = clips["en_librispeech_1089-134691-0000"][1]
+    asr.transcribe(audio, language="en")
+    bound = dict(inference._buckets)
+    asr.transcribe(audio, language="en")
+    assert inference.self_k is k and inference.self_v is v and inference._logits is logits
+    assert inference._buckets.keys() == bound.keys()
+    assert all(inference._buckets[b][0] is bound[b][0] for b in bound)  # the same mel buffer, re-filled
 
 
 def test_options_are_validated(asr):
