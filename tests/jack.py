@@ -74,17 +74,21 @@ def start_edge_rt(args: list[str], harness: "Harness", timeout_s: float = 120.0)
                             stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
-    deadline = time.monotonic() + timeout_s
-    while not any("listening" in line for line in lines):
-        if proc.poll() is not None:
-            raise RuntimeError(f"edge-rt exited early ({proc.returncode}): {''.join(lines)}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError("edge-rt did not start listening")
-        time.sleep(0.1)
-    ours = _await_new_ports(before | set(harness.ports.values()))
-    connect(harness.ports["out"], ours["in"])
-    connect(ours["out"], harness.ports["in"])
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not any("listening" in line for line in lines):
+            if proc.poll() is not None:
+                raise RuntimeError(f"edge-rt exited early ({proc.returncode}): {''.join(lines)}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("edge-rt did not start listening")
+            time.sleep(0.1)
+        ours = _await_new_ports(before | set(harness.ports.values()))
+        connect(harness.ports["out"], ours["in"])
+        connect(ours["out"], harness.ports["in"])
+    except BaseException:
+        proc.kill()  # never leave a live process behind a failed test
+        proc.wait(10)
+        raise
     return proc, lines
 
 

@@ -127,6 +127,7 @@ def recorded(jack, default_pack, speech_dir, tmp_path_factory):
     """`edge-rt run --record DIR` hears en_jfk through the JACK dummy server."""
     folder = tmp_path_factory.mktemp("field") / "session"
     harness = Harness(read_audio(speech_dir / "en_jfk.wav"))
+    proc = None
     try:
         proc, lines = start_edge_rt(
             ["run", "--to", "pt", "--from", "en", "--device-in", "0", "--device-out", "0", "--rate-in", str(RATE),
@@ -139,6 +140,8 @@ def recorded(jack, default_pack, speech_dir, tmp_path_factory):
         proc.communicate(timeout=60)
         assert proc.returncode == 0, "".join(lines)
     finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
         harness.close()
     return folder
 

@@ -35,6 +35,7 @@ def _words(text: str) -> set[str]:
 def test_live_run_translates_speech_into_the_headset(jack, default_pack, speech_dir, tmp_path, backend):
     clip = read_audio(speech_dir / "en_jfk.wav")
     harness = Harness(clip)
+    proc = None
     try:
         trace_path = tmp_path / "trace.jsonl"
         proc, lines = start_edge_rt(
@@ -48,6 +49,8 @@ def test_live_run_translates_speech_into_the_headset(jack, default_pack, speech_
         out, _ = proc.communicate(timeout=60)
         assert proc.returncode == 0, "".join(lines)
     finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
         harness.close()
     traces = [json.loads(line) for line in trace_path.read_text().splitlines()]
     spoken = [t for t in traces if t["translation"]]
