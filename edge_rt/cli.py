@@ -13,8 +13,9 @@ from edge_rt.errors import EdgeRtError
 
 def _add_pack_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pack", default="default", help="built pack name under engines/ or its folder (default: default)")
-    p.add_argument("--precision", choices=("fp32", "int8"), default="fp32",
-                   help="engine precision (int8 falls back to fp32 where the pack has none)")
+    p.add_argument("--precision", choices=("fp32", "int8"), default="int8",
+                   help="engine precision (default int8: the build's gated INT8 models, each falling back to fp32 "
+                        "where the build kept it in fp32, see engines/<pack>/build_report.md; fp32 forces fp32)")
     p.add_argument("--threads", type=int, default=2, help="ONNX Runtime threads per engine (default 2)")
 
 

