@@ -360,10 +360,12 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, indent=2, ensure_ascii=False))
         return 0
-    table = Table("precision", "ASR (WER/CER %)", "chrF", "BLEU", "ASR-BLEU", "round-trip WER %")
+    table = Table("precision", "ASR WER/CER % (whole clips)", "live segmentation", "chrF", "BLEU", "ASR-BLEU",
+                  "round-trip WER %")
     for p, r in result["precisions"].items():
         asr = ", ".join(f"{lang} {v['value']:.1f}" for lang, v in r["asr"].items())
-        table.add_row(p, asr, str(r["translation"]["chrf"]), str(r["translation"]["bleu"]),
+        live = ", ".join(f"{lang} {v['value']:.1f}" for lang, v in r["asr_live_segmentation"].items())
+        table.add_row(p, asr, live, str(r["translation"]["chrf"]), str(r["translation"]["bleu"]),
                       str(r["asr_bleu"]["bleu"]), str(r.get("spoken_roundtrip_wer")))
     Console().print(table)
     return 0

@@ -3,8 +3,11 @@
 Every clip goes through the same loop as ``edge-rt translate`` (VAD
 endpointing → ASR → MT → TTS). Scores:
 
-* ASR: WER (CER for zh) of the joined utterance transcripts against the
-  reference, both normalised (:mod:`edge_rt.scoring`);
+* ASR: WER (CER for zh) against the reference, both normalised
+  (:mod:`edge_rt.scoring`), on the reference segmentation (each clip decoded
+  whole, language detected: the engines' accuracy), and on the loop's own
+  segmentation (the joined utterance transcripts: what a live user gets, with
+  the endpointer's cuts);
 * translation: chrF and BLEU (sacrebleu) where a real parallel reference
   exists (``translations`` in manifest.jsonl; ``translations_informal`` scored
   separately, as they are glosses, not references);
@@ -63,6 +66,7 @@ def evaluate_precision(pack: BuiltPack, precision: str, clips: list[dict], optio
     stages = Stages.load(pack, StageOptions(precision=precision, threads=options.threads))
     per_clip = []
     by_lang: dict[str, tuple[list[str], list[str]]] = {}
+    by_lang_live: dict[str, tuple[list[str], list[str]]] = {}
     mt_h, mt_r, inf_h, inf_r, asr_bleu_h, asr_bleu_r = [], [], [], [], [], []
     rt_refs, rt_hyps = [], []
     for c in clips:
@@ -73,13 +77,16 @@ def evaluate_precision(pack: BuiltPack, precision: str, clips: list[dict], optio
         utts, track, rate = translate_audio(stages, audio, TranslateOptions(target=target))
         text = " ".join(u.text for u in utts)
         translation = " ".join(u.translation for u in utts)
-        refs, hyps = by_lang.setdefault(c["lang"], ([], []))
-        refs.append(c["text"])
-        hyps.append(text)
-        row = {"id": c["id"], "lang": c["lang"], "target": target, "text": text, "translation": translation}
+        whole = stages.asr.transcribe(audio).text
+        for table, hyp in ((by_lang, whole), (by_lang_live, text)):
+            refs, hyps = table.setdefault(c["lang"], ([], []))
+            refs.append(c["text"])
+            hyps.append(hyp)
+        row = {"id": c["id"], "lang": c["lang"], "target": target, "asr_whole": whole, "text": text,
+               "translation": translation}
         ref, informal = _reference(c, target)
         heard = None
-        if options.spoken and translation and np.any(track):
+        if options.spoken and translation and np.any(track) and target in stages.asr.languages:
             heard = stages.asr.transcribe(resample(track, rate), language=target).text
             row["heard"] = heard
             rt_refs.append(translation)
@@ -92,14 +99,10 @@ def evaluate_precision(pack: BuiltPack, precision: str, clips: list[dict], optio
                 asr_bleu_h.append(heard)
                 asr_bleu_r.append(ref)
         per_clip.append(row)
-    asr = {}
-    for lang, (refs, hyps) in sorted(by_lang.items()):
-        metric = cer if lang in NO_SPACE_LANGS else wer
-        asr[lang] = {"metric": "cer" if lang in NO_SPACE_LANGS else "wer", "n": len(refs),
-                     "value": round(100 * metric(refs, hyps, lang=lang), 2)}
     norm = lambda xs: [normalize(x) for x in xs]  # noqa: E731 - references are normalised FLEURS text
     result = {
-        "asr": asr,
+        "asr": _error_rates(by_lang),
+        "asr_live_segmentation": _error_rates(by_lang_live),
         "translation": _corpus_scores(norm(mt_h), norm(mt_r)),
         "translation_informal": _corpus_scores(norm(inf_h), norm(inf_r)),
         "asr_bleu": _corpus_scores(norm(asr_bleu_h), norm(asr_bleu_r)),
@@ -109,6 +112,15 @@ def evaluate_precision(pack: BuiltPack, precision: str, clips: list[dict], optio
         rt = [(r, h) for r, h in zip(rt_refs, rt_hyps) if normalize(r)]
         result["spoken_roundtrip_wer"] = round(100 * wer([r for r, _ in rt], [h for _, h in rt], lang="en"), 2)
     return result
+
+
+def _error_rates(by_lang: dict[str, tuple[list[str], list[str]]]) -> dict:
+    out = {}
+    for lang, (refs, hyps) in sorted(by_lang.items()):
+        metric = cer if lang in NO_SPACE_LANGS else wer
+        out[lang] = {"metric": "cer" if lang in NO_SPACE_LANGS else "wer", "n": len(refs),
+                     "value": round(100 * metric(refs, hyps, lang=lang), 2)}
+    return out
 
 
 def evaluate(options: EvalOptions) -> dict:
@@ -121,6 +133,9 @@ def evaluate(options: EvalOptions) -> dict:
         a, b = out["precisions"]["int8"], out["precisions"]["fp32"]
         out["int8_minus_fp32"] = {
             "asr": {lang: round(a["asr"][lang]["value"] - b["asr"][lang]["value"], 2) for lang in a["asr"]},
+            "asr_live_segmentation": {lang: round(a["asr_live_segmentation"][lang]["value"]
+                                                  - b["asr_live_segmentation"][lang]["value"], 2)
+                                      for lang in a["asr_live_segmentation"]},
             "chrf": _delta(a["translation"]["chrf"], b["translation"]["chrf"]),
             "asr_bleu": _delta(a["asr_bleu"]["bleu"], b["asr_bleu"]["bleu"]),
         }

@@ -115,6 +115,14 @@ def test_wer_english_smallest_bucket(asr, clips, english_clips):
     assert _wer_report("smallest bucket", results, english_clips) <= WER_BAR
 
 
+def test_wer_english_int8_engines_the_runtime_uses_by_default(default_pack, clips, english_clips):
+    """Issue bar: English WER <= 6.5 % with the engines the bench uses (INT8 where the build kept INT8)."""
+    asr8 = Asr.from_pack(default_pack, AsrOptions(precision="int8"))
+    assert "int8" in str(default_pack.model("asr", "encoder", "int8")), "the build kept no INT8 encoder"
+    results = {m["id"]: asr8.transcribe(clips[m["id"]][1], language="en") for m in english_clips}
+    assert _wer_report("int8 engines", results, english_clips) <= 0.065
+
+
 def test_wer_english_30s_bucket(results_30s, english_clips):
     assert _wer_report("30-s bucket", results_30s, english_clips) <= WER_BAR
 
