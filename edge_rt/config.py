@@ -242,6 +242,13 @@ def check_dir(v: str | None) -> str | None:
     p = Path(v)
     if not p.is_absolute():
         return "must be an absolute path (the service's working directory is not yours), e.g. /var/lib/edge-rt/sessions"
+    try:
+        return _probe_dir(p)
+    except (OSError, ValueError) as e:  # a name too long, a surrogate the file system cannot encode
+        return f"cannot be used as a folder ({e.__class__.__name__}: {str(e)[:200]})"
+
+
+def _probe_dir(p: Path) -> str | None:
     if p.exists():
         if not p.is_dir():
             return "exists and is not a directory"

@@ -22,6 +22,9 @@ from edge_rt.trace import UtteranceTrace
 __all__ = ["ServiceObserver", "Server"]
 
 RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)  # back-off between audio re-opens
+# sysexits.h EX_TEMPFAIL: the audio backend is wedged (PortAudio hangs on a stream whose sound server died);
+# only a fresh process can open audio again, so exit and let systemd restart us (Restart=on-failure).
+EX_AUDIO_WEDGED = 75
 
 
 class ServiceObserver(LoopObserver):
@@ -110,7 +113,7 @@ class Server:
             self._stop.wait(0.2)
 
     def run(self) -> int:
-        from edge_rt.audio.devices import AudioDeviceError, DeviceSink, DeviceSource
+        from edge_rt.audio.devices import AudioBackendWedged, AudioDeviceError, DeviceSink, DeviceSource
         from edge_rt.loop.endpoint import EndpointOptions
         from edge_rt.loop.loop import LoopOptions
         from edge_rt.loop.stages import StageOptions, Stages
@@ -142,6 +145,10 @@ class Server:
             error, stalled = self._session(stages, options, source, sink)
             if self._stop.is_set():
                 break
+            if isinstance(error, AudioBackendWedged):
+                self.log(f"audio device lost ({error}); exiting with {EX_AUDIO_WEDGED} for systemd to restart")
+                self.notifier.stopping("audio backend wedged: restarting")
+                return EX_AUDIO_WEDGED
             if stalled or isinstance(error, AudioDeviceError):
                 why = "audio device lost (no capture audio)" if stalled else f"audio device lost ({error})"
                 self._wait(RETRY_S[min(failures, len(RETRY_S) - 1)], why)
@@ -200,7 +207,10 @@ class Server:
         self._loop = None
         self.sessions += 1
         if recording is not None:
-            recording.close(stopped_by="signal" if self._stop.is_set() else "audio" if observer.stalled else "error")
+            from edge_rt.audio.devices import AudioDeviceError
+
+            lost = observer.stalled or (error and isinstance(error[0], AudioDeviceError))
+            recording.close(stopped_by="signal" if self._stop.is_set() else "audio" if lost else "error")
         return (error[0] if error else None), observer.stalled
 
 

@@ -17,6 +17,7 @@ never touched, and the worker never waits on the disk.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import queue
 import threading
@@ -42,6 +43,8 @@ INPUT = "input.wav"
 OUTPUT = "output.wav"
 TRACE = "trace.jsonl"
 FLUSH_EVERY_S = 2.0  # audio is made durable at least this often, and at every utterance
+
+_LOG = logging.getLogger(__name__)
 
 
 class SessionError(EdgeRtError, ValueError):
@@ -122,15 +125,17 @@ class SessionRecorder(LoopObserver):
         self._source = loop.source
 
     def on_hop(self, first: int, samples: np.ndarray) -> None:
-        if self.audio:
+        if self.audio and self.error is None:  # after a write error nothing is queued: memory stays flat
             self._q.put(("in", first, samples.copy()))
 
     def on_utterance(self, trace: UtteranceTrace) -> None:
         self.utterances += 1
-        self._q.put(("utt", trace.as_dict()))
+        if self.error is None:
+            self._q.put(("utt", trace.as_dict()))
 
     def _enqueue_out(self, pos: int, samples: np.ndarray) -> None:
-        self._q.put(("out", pos, samples.copy()))
+        if self.error is None:
+            self._q.put(("out", pos, samples.copy()))
 
     # -- writer thread ---------------------------------------------------------
     def _writer(self) -> None:
@@ -168,6 +173,7 @@ class SessionRecorder(LoopObserver):
                             w.flush()
         except (OSError, ValueError) as e:  # disk full, folder removed: stop recording, keep translating
             self.error = e
+            _LOG.error("recording to %s stopped (%s); translation goes on", self.dir, e)
         finally:
             for w in (wav_in, wav_out):
                 if w is not None:
@@ -189,7 +195,11 @@ class SessionRecorder(LoopObserver):
                             duration_s=round(self.now_s(), 3), **summary)
         if self.error is not None:
             self._header["recording_error"] = str(self.error)
-        self._write_header()
+        try:
+            self._write_header()
+        except OSError as e:  # the disk is full: the header written at the start stays
+            self.error = self.error or e
+            _LOG.error("cannot finish %s (%s); its audio and trace hold what was written", self.dir / HEADER, e)
 
 
 class RecordingSink:

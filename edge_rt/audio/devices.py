@@ -9,6 +9,8 @@ rate (the loop resamples speech to it once per clause).
 
 from __future__ import annotations
 
+import atexit
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -23,10 +25,53 @@ from edge_rt.errors import EdgeRtError
 from edge_rt.units import SAMPLE_RATE
 
 BACKENDS = ("sounddevice", "pyaudio")
+# A stream whose device, driver or sound server died can hang in Pa_StopStream / Pa_CloseStream
+# forever (PortAudio's JACK host API does when jackd dies); stopping gives up after this long.
+STOP_TIMEOUT_S = 2.0
 
 
 class AudioDeviceError(EdgeRtError):
     """An audio device is missing, busy or cannot run at the asked rate."""
+
+
+class AudioBackendWedged(AudioDeviceError):
+    """PortAudio hangs on a stream whose device vanished: only a new process can open audio again."""
+
+
+def _close_stream(stream, what: str) -> None:
+    """Stop and close ``stream`` from a helper thread; a backend that does not return in time is wedged."""
+    done = threading.Event()
+    failure: list[Exception] = []
+
+    def close():
+        try:
+            stream.stop()
+            stream.close()
+        except Exception as e:  # noqa: BLE001 - PortAudioError, OSError: reported below
+            failure.append(e)
+        finally:
+            done.set()
+
+    threading.Thread(target=close, name="audio-close", daemon=True).start()
+    if not done.wait(STOP_TIMEOUT_S):
+        _skip_portaudio_exit_handler()
+        raise AudioBackendWedged(f"{what}: the audio backend did not stop the stream within {STOP_TIMEOUT_S:.0f} s "
+                                 f"(its device, driver or sound server died); a new process is needed to open "
+                                 f"audio again (systemd restarts the service)")
+    if failure:
+        raise AudioDeviceError(f"{what}: stopping the stream failed ({failure[0]}); the device is probably gone"
+                               ) from failure[0]
+
+
+def _skip_portaudio_exit_handler() -> None:
+    """sounddevice terminates PortAudio at exit, which aborts the process (pa_jack.c asserts) or hangs with a
+    wedged stream: leave it to the operating system."""
+    try:
+        import sounddevice as sd
+
+        atexit.unregister(sd._exit_handler)
+    except (ImportError, OSError, AttributeError):
+        pass
 
 
 @dataclass(frozen=True)
@@ -138,10 +183,9 @@ class DeviceSource:
                                    f"{self.rate} Hz: {e}") from e
 
     def stop(self) -> None:
-        if self._stream is not None:
-            self._stream.stop()
-            self._stream.close()
-            self._stream = None
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            _close_stream(stream, f"input device [{self.info.index}] {self.info.name}")
 
     def pump(self) -> None:
         pass
@@ -186,10 +230,9 @@ class DeviceSink(RingSink):
                                    f"{self.rate} Hz: {e}") from e
 
     def stop(self) -> None:
-        if self._stream is not None:
-            self._stream.stop()
-            self._stream.close()
-            self._stream = None
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            _close_stream(stream, f"output device [{self.info.index}] {self.info.name}")
 
 
 # -- pyaudio backend -----------------------------------------------------------

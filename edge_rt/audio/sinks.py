@@ -73,11 +73,15 @@ class RingSink:
 
 
 class PacedFileSink(RingSink):
-    """Plays into memory at real-time pace from a thread, like a speaker; ``audio()`` returns the recording."""
+    """Plays into memory at real-time pace from a thread, like a speaker; ``audio()`` returns the recording.
 
-    def __init__(self, rate: int, block: int | None = None, capacity: int = PLAYBACK_RING):
+    With ``keep=False`` the played audio is discarded (long soak runs: memory stays flat).
+    """
+
+    def __init__(self, rate: int, block: int | None = None, capacity: int = PLAYBACK_RING, keep: bool = True):
         super().__init__(rate, capacity)
         self._block = block or rate // 50  # 20 ms
+        self._keep = keep
         self._chunks: list[np.ndarray] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="paced-sink", daemon=True)
@@ -96,15 +100,17 @@ class PacedFileSink(RingSink):
     def _run(self) -> None:
         t0 = time.monotonic_ns()
         period_ns = self._block * 1_000_000_000 // self.rate
+        scratch = np.empty(self._block, np.float32)  # reused when the audio is not kept
         k = 0
         while not self._stop.is_set():
             due = t0 + k * period_ns
             delay = (due - time.monotonic_ns()) / 1e9
             if delay > 0:
                 time.sleep(delay)
-            out = np.empty(self._block, np.float32)
+            out = np.empty(self._block, np.float32) if self._keep else scratch
             self.consume(out, time.monotonic_ns())
-            self._chunks.append(out)
+            if self._keep:
+                self._chunks.append(out)
             k += 1
 
 

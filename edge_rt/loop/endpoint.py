@@ -93,6 +93,7 @@ class Endpointer:
         self._silence = 0  # consecutive frames below the continuation level while in speech
         self._start_frame = 0
         self._last_speech_frame = -1
+        self._floor = 0  # end sample of the previous utterance: a pre-roll never reaches back into it
         # probabilities of the current utterance's recent frames (for max-length splits),
         # a preallocated circular window indexed by frame number
         self._recent = np.ones(self.options.search_frames, dtype=np.float32)
@@ -118,7 +119,7 @@ class Endpointer:
                 if self._run >= o.start_frames:
                     first = frame_index - self._run + 1
                     self._open(first)
-                    events.append(Event("start", max(0, first * VAD_FRAME - o.preroll_samples)))
+                    events.append(Event("start", max(self._floor, first * VAD_FRAME - o.preroll_samples)))
             else:
                 self._run = 0
                 self._track_noise(p)
@@ -130,8 +131,9 @@ class Endpointer:
         else:
             self._silence += 1
             if self._silence >= o.hangover_frames:
-                events.append(Event("end", (self._last_speech_frame + 1) * VAD_FRAME, "silence"))
-                self._close()
+                end = (self._last_speech_frame + 1) * VAD_FRAME
+                events.append(Event("end", end, "silence"))
+                self._close(end)
                 return events
         if frame_index - self._start_frame + 1 >= o.max_frames:
             cut = self._quietest(frame_index)
@@ -155,7 +157,7 @@ class Endpointer:
         if not self.in_speech:
             return []
         end = self.speech_end_sample
-        self._close()
+        self._close(end)
         return [Event("end", end, reason)]
 
     def flush(self, frame_index: int) -> list[Event]:
@@ -170,7 +172,8 @@ class Endpointer:
         self._run = 0
         self._recent[:] = 1.0
 
-    def _close(self) -> None:
+    def _close(self, end_sample: int) -> None:
+        self._floor = end_sample
         self.in_speech = False
         self._silence = 0
         self._run = 0

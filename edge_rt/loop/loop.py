@@ -13,6 +13,8 @@ ns through the source's clock.
 from __future__ import annotations
 
 import collections
+import itertools
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,8 +28,11 @@ from edge_rt.errors import EdgeRtError, UnsupportedLanguageError
 from edge_rt.loop.endpoint import Endpointer, EndpointOptions, Event
 from edge_rt.loop.history import History
 from edge_rt.loop.observer import LoopObserver
+from edge_rt.loop.output import SpeechQueue
+from edge_rt.loop.overload import OverloadOptions, OverloadStats
 from edge_rt.loop.stages import Stages
 from edge_rt.loop.stream import LocalAgreement
+from edge_rt.stages.gain import GainOptions, apply_gain
 from edge_rt.trace import TraceWriter, UtteranceTrace
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME
 
@@ -53,12 +58,28 @@ class LoopOptions:
     early_commit: bool = False
     min_commit_words: int = 2  # a one-word "sentence" is not trusted to be complete
     min_partial_s: float = 1.0  # no partial before this much speech
-    max_lag_s: float = 1.5  # skip partial decodes while the worker is this far behind the capture side
+    overload: OverloadOptions = field(default_factory=OverloadOptions)  # what to shed when compute falls behind
+    gain: GainOptions | None = field(default_factory=GainOptions)  # automatic gain of each utterance before ASR
+    # Whisper writes fluent text for background talk (babble) it is unsure of. An utterance with
+    # P(no speech) above the first value AND average log-probability below the second is not translated.
+    # Stricter than Whisper's own (0.6, -1.0): on the speech set only garbage fragments fall under it.
+    unsure: tuple[float, float] | None = (0.15, -0.7)
+    # A stage error drops its utterance and the loop goes on; this many in a row means the stage is
+    # broken, not unlucky: the error goes up (the service exits and systemd restarts it).
+    max_consecutive_errors: int = 5
+    keep_traces: int | None = None  # Loop.traces keeps the last N (None: all; an always-on service bounds it)
     idle_sleep_s: float = 0.004  # wait when no hop is ready
 
     def __post_init__(self):
         if self.partial_interval_ms < 100:
             raise ValueError(f"partial_interval_ms must be >= 100, got {self.partial_interval_ms}")
+        if self.unsure is not None and not (0 <= self.unsure[0] < 1 and self.unsure[1] < 0):
+            raise ValueError(f"unsure must be (P(no speech) in [0, 1), average log-probability < 0) or None, "
+                             f"got {self.unsure}")
+        if self.max_consecutive_errors < 1:
+            raise ValueError(f"max_consecutive_errors must be >= 1, got {self.max_consecutive_errors}")
+        if self.keep_traces is not None and self.keep_traces < 1:
+            raise ValueError(f"keep_traces must be >= 1 or None (keep all), got {self.keep_traces}")
         if self.speculate_after_ms is not None and self.speculate_after_ms >= self.endpoint.hangover_ms:
             raise ValueError(f"speculate_after_ms ({self.speculate_after_ms}) must be shorter than the hangover "
                              f"({self.endpoint.hangover_ms} ms), or None to turn speculation off")
@@ -106,12 +127,17 @@ class Loop:
         self.observers = tuple(observers)  # see observer.py: called on the worker thread
         self.endpointer = Endpointer(options.endpoint)
         self.history = History(HISTORY)
-        self.traces: list[UtteranceTrace] = []
-        self.errors: list[str] = []
+        self.traces: list[UtteranceTrace] | collections.deque[UtteranceTrace] = (
+            [] if options.keep_traces is None else collections.deque(maxlen=options.keep_traces))
+        self.errors: collections.deque[str] = collections.deque(maxlen=100)  # the latest, for humans
+        self.stage_errors = 0  # utterances dropped because a stage raised
+        self.overload = OverloadStats()
+        self._errors_in_row = 0
+        self._reported: BaseException | None = None  # already passed to on_error
         self._hop = np.empty(VAD_FRAME, np.float32)
         self._stop = threading.Event()
         self._current: _Utterance | None = None
-        self._speech: collections.deque[np.ndarray] = collections.deque()  # synthesized, not yet accepted by the sink
+        self._speech = SpeechQueue(sink)  # synthesized, not yet accepted by the sink
         self._clauses: Iterator | None = None  # the rest of the current translation's clauses
         self._clause_trace: UtteranceTrace | None = None
         self._pending_ends: collections.deque[tuple[UtteranceTrace, int]] = collections.deque()
@@ -136,9 +162,13 @@ class Loop:
         """The worker: returns when stopped or when the source is finished and all speech was handed over."""
         src = self.source
         ring = src.ring
+        reset = getattr(self.stages.vad, "reset", None)
+        if reset is not None:
+            reset()  # a new stream: the VAD's recurrent state from an earlier run would shift every start
         self.sink.start()
-        src.start()
+        failed = True
         try:
+            src.start()
             for o in self.observers:
                 o.on_start(self)
             while not self._stop.is_set():
@@ -156,14 +186,25 @@ class Loop:
                     continue
                 self._step()
             self._finish()
-        except Exception as e:  # a stage bug: let observers (flight recorder) see it, then go down
-            for o in self.observers:
-                o.on_error(e, self._current.trace if self._current else None)
+            failed = False
+        except Exception as e:  # the audio device, the VAD, or a stage failing again and again: go down
+            if e is not self._reported:
+                for o in self.observers:
+                    o.on_error(e, self._current.trace if self._current else None)
             raise
         finally:
-            src.stop()
-            self.sink.stop()
+            self._stop_audio(failed)
         return self.traces
+
+    def _stop_audio(self, failed: bool) -> None:
+        """Stop both ends, the sink even when the source cannot be stopped (its device vanished)."""
+        try:
+            self.source.stop()
+        except Exception:  # noqa: BLE001 - when already going down, the first error is the one to report
+            if not failed:
+                raise
+        finally:
+            self.sink.stop()
 
     # -- one hop -----------------------------------------------------------------
     def _step(self) -> None:
@@ -198,6 +239,12 @@ class Loop:
         tr.stamp("speech_end", clock.ns(event.sample))
         tr.stamp("end_detected", clock.now_ns())
         tr.end_reason = event.reason
+        lag = self._capture_lag_s()
+        if self.options.overload.drop(lag):  # level 3: catch up with the capture side instead of decoding
+            self.overload.utterances_dropped += 1
+            tr.dropped = f"overload: {lag:.1f} s behind the microphone, dropped without decoding"
+            self._close(tr)
+            return
         try:
             self._finalize(tr, utt.speculation)
         except EdgeRtError as e:  # a bad request: the loop goes on, the utterance is reported
@@ -206,6 +253,23 @@ class Loop:
             for o in self.observers:
                 o.on_error(e, tr)
             self._close(tr)
+        except Exception as e:  # a stage failed on this utterance: drop it, keep listening
+            self._stage_failed(e, tr)
+
+    def _stage_failed(self, e: Exception, tr: UtteranceTrace) -> None:
+        """Drop the utterance a stage raised on (counted, observers told), unless it keeps happening."""
+        self.stage_errors += 1
+        self._errors_in_row += 1
+        msg = f"{type(e).__name__}: {e}"
+        self.errors.append(f"utterance {tr.utterance}: {msg}")
+        if "tts_first_chunk" not in tr.t_ns:  # nothing of it was spoken
+            tr.dropped = f"stage error: {msg}"
+        for o in self.observers:
+            o.on_error(e, tr)
+        self._close(tr)
+        if self._errors_in_row >= self.options.max_consecutive_errors:
+            self._reported = e
+            raise e
 
     def _maybe_speculate(self) -> None:
         """At the start of a pause, do the end-of-utterance work ahead; commit early if the sentence is complete."""
@@ -217,10 +281,13 @@ class Loop:
             return
         utt = self._current
         end = self.endpointer.speech_end_sample
+        if o.overload.skip_optional(self._capture_lag_s()):
+            self.overload.speculations_skipped += 1
+            return
         try:
             hyp = self._recognize(utt.trace.start_sample, end)
-        except EdgeRtError:
-            return  # the real end will report it
+        except Exception:  # noqa: BLE001 - work ahead only: the real end decodes again and reports a failure
+            return
         utt.speculation = hyp
         if o.early_commit and hyp.complete and len(hyp.text.split()) >= o.min_commit_words:
             for event in self.endpointer.force_end("complete"):
@@ -232,12 +299,17 @@ class Loop:
             return
         if self.endpointer.silence_frames:
             return  # a pause: speculation decodes instead
-        lag = self.source.ring.available() / SAMPLE_RATE
         utt.next_partial = now + self.options.partial_interval_ms * SAMPLE_RATE // 1000
-        if lag > self.options.max_lag_s:
-            return  # overloaded: partials are the first thing to go
-        audio = self.history.slice(utt.trace.start_sample, now)
-        result = self.stages.asr.transcribe(audio, language=self.options.source)
+        if self.options.overload.skip_optional(self._capture_lag_s()):
+            self.overload.partials_skipped += 1  # overloaded: partials are the first thing to go
+            return
+        audio = self._level(self.history.slice(utt.trace.start_sample, now))
+        try:
+            result = self.stages.asr.transcribe(audio, language=self.options.source)
+        except Exception as e:  # noqa: BLE001 - captions only: the final decode decides and reports
+            self.errors.append(f"utterance {utt.trace.utterance} partial: {type(e).__name__}: {e}")
+            utt.next_partial = sys.maxsize  # no more partials for this utterance
+            return
         if result.text:
             utt.agreement.update(result.text)
             self.on_caption("partial", utt.trace.utterance, result.language, result.text)
@@ -245,9 +317,12 @@ class Loop:
     def _recognize(self, start: int, end: int) -> _Hypothesis:
         """ASR (+ Whisper translate task) + MT of capture samples [start, end)."""
         st, clock = self.stages, self.source.clock
-        audio = self.history.slice(start, end)
+        audio = self._level(self.history.slice(start, end))
         first = st.asr.transcribe(audio, language=self.options.source)
         text = first.text.strip()
+        unsure = self.options.unsure
+        if unsure is not None and first.no_speech_prob > unsure[0] and first.avg_logprob < unsure[1]:
+            text = ""  # babble or noise, not speech to this device
         if not text:
             now = clock.now_ns()
             return _Hypothesis(end, first.language, "", "", now, now)
@@ -260,6 +335,10 @@ class Loop:
             spoken = st.mt.translate(spoken, *route.mt_pair)
         return _Hypothesis(end, first.language, text, spoken, asr_ns, clock.now_ns())
 
+    def _level(self, audio: np.ndarray) -> np.ndarray:
+        """Automatic gain: a quiet utterance reaches Whisper at speech level (see stages/gain.py)."""
+        return audio if self.options.gain is None else apply_gain(audio, self.options.gain)
+
     def _finalize(self, tr: UtteranceTrace, speculation: _Hypothesis | None = None) -> None:
         if speculation is not None and speculation.end == tr.end_sample:
             hyp = speculation  # no speech since the pause began: the work is done
@@ -269,6 +348,7 @@ class Loop:
         # Work done ahead counts as ready when the end was declared.
         detected = tr.t_ns["end_detected"]
         tr.lang, tr.text = hyp.lang, hyp.text
+        self._errors_in_row = 0  # ASR and MT worked; a TTS failure is counted again
         if not any(c.isalnum() for c in hyp.text):  # "" or a lone "." on noise
             tr.dropped = "no speech recognised (silence or noise)"
             self._close(tr)
@@ -283,8 +363,12 @@ class Loop:
             self._close(tr)
             return
         # Streaming TTS: the first clause now, the rest one per iteration.
-        self._drain_clauses()  # a previous translation's remaining clauses go first
-        self._clauses = iter(self.stages.tts.clauses(hyp.translation, self.options.target))
+        self._finish_previous()
+        clauses = iter(self.stages.tts.clauses(hyp.translation, self.options.target))
+        if self.options.overload.shorten(self._output_backlog_s()):  # level 2: say less
+            self.overload.translations_shortened += 1
+            clauses = itertools.islice(clauses, self.options.overload.clauses)
+        self._clauses = clauses
         self._clause_trace = tr
         self._next_clause()
 
@@ -293,42 +377,67 @@ class Loop:
         if self._clauses is None:
             return False
         tr = self._clause_trace
-        chunk = next(self._clauses, None)
+        try:
+            chunk = next(self._clauses, None)
+            if chunk is not None:
+                samples = chunk.samples
+                if chunk.sample_rate != self.sink.rate:
+                    from edge_rt.audio.files import resample
+
+                    samples = resample(samples, chunk.sample_rate, self.sink.rate)
+        except Exception as e:  # TTS failed on this utterance: the rest of it is not spoken
+            self._clauses = None
+            self._stage_failed(e, tr)
+            return False
         if chunk is None:
             self._clauses = None
             if "tts_first_chunk" not in tr.t_ns:
                 tr.dropped = "nothing to speak in the translation"
             self._close(tr)
             return False
-        samples = chunk.samples
-        if chunk.sample_rate != self.sink.rate:
-            from edge_rt.audio.files import resample
-
-            samples = resample(samples, chunk.sample_rate, self.sink.rate)
-        if "tts_first_chunk" not in tr.t_ns:
+        self._errors_in_row = 0  # every stage worked on this utterance
+        first = "tts_first_chunk" not in tr.t_ns
+        if first:
             tr.stamp("tts_first_chunk", self.source.clock.now_ns())
-            self.sink.mark(lambda t_ns, tr=tr: tr.stamp("first_output", t_ns))
-        self._speech.append(samples)
-        self._push_speech()
+        self._speech.add(tr, samples, first)
+        self._shed_output()
+        self._speech.push()
         return True
 
-    def _drain_clauses(self) -> None:
+    def _finish_previous(self) -> None:
+        """A new translation is ready: speak the previous one's remaining clauses first, or skip them if behind."""
+        if self._clauses is None:
+            return
+        if self.options.overload.shorten(self._output_backlog_s()):
+            self.overload.tails_skipped += 1
+            self._clauses = None
+            self._close(self._clause_trace)
+            return
         while self._next_clause():
             pass
 
-    def _push_speech(self) -> None:
-        while self._speech:
-            head = self._speech[0]
-            n = self.sink.write(head)
-            if n == len(head):
-                self._speech.popleft()
-            else:
-                self._speech[0] = head[n:]  # back-pressure: offer the rest later
-                return
+    def _shed_output(self) -> None:
+        """Level 3 on the output side: drop the oldest queued utterance's unplayed speech while far behind."""
+        while self.options.overload.drop(self._output_backlog_s()) and (oldest := self._speech.drop_oldest()):
+            self.overload.speech_dropped += 1
+            if "first_output" not in oldest.t_ns:
+                oldest.dropped = "overload: its speech was dropped from the output backlog"
+
+    def _capture_lag_s(self) -> float:
+        """Seconds of captured audio the worker has not read yet."""
+        lag = self.source.ring.available() / SAMPLE_RATE
+        self.overload.max_capture_lag_s = max(self.overload.max_capture_lag_s, lag)
+        return lag
+
+    def _output_backlog_s(self) -> float:
+        """Seconds of translated speech synthesized but not played yet."""
+        backlog = self._speech.backlog_s()
+        self.overload.max_output_backlog_s = max(self.overload.max_output_backlog_s, backlog)
+        return backlog
 
     def _advance_output(self) -> bool:
         """Hand queued speech to the sink and synthesize the next clause; True if it did work."""
-        self._push_speech()
+        self._speech.push()
         if self._pending_ends:
             self._flush_traces()
         if self._clauses is not None and not self._speech:
@@ -354,13 +463,21 @@ class Loop:
                 o.on_utterance(tr)
 
     def _finish(self, drain_timeout_s: float = 30.0) -> None:
-        """End of stream: close the open utterance, speak what is left, wait for playback."""
+        """End of stream: hear what was captured before the stop, close the open utterance, speak what is left."""
+        for _ in range(self.source.ring.available() // VAD_FRAME):  # bounded: what is there now, not what comes
+            self._step()
         for event in self.endpointer.flush(self.history.end // VAD_FRAME):
             self._on_event(event)
         deadline = time.monotonic() + drain_timeout_s
+        played, progress = -1, time.monotonic()
         while (self._clauses is not None or self._speech or self.sink.pending()) and time.monotonic() < deadline:
-            if not self._advance_output():
-                time.sleep(0.01)
+            if self._advance_output():
+                continue
+            if self.sink.pending() != played:
+                played, progress = self.sink.pending(), time.monotonic()
+            elif time.monotonic() - progress > 1.0:
+                break  # the device stopped playing (it is gone): waiting for it would only delay the reopen
+            time.sleep(0.01)
         # let the device play the last samples so first_output marks fire
         time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
         if self.trace_writer is not None or self.observers:

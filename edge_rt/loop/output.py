@@ -1,0 +1,63 @@
+"""Translated speech on its way to the sink: a queue of clauses, per utterance, handed over as the sink takes it.
+
+The sink back-pressures (``write`` returns how much it accepted), so clauses wait
+here; the first sample of each utterance is marked right before it is written,
+so its trace gets ``first_output`` when that sample is played. The loop's
+overload policy reads :meth:`SpeechQueue.backlog_s` and may drop the oldest
+queued utterance; nothing else ever leaves the queue unplayed.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+
+from edge_rt.audio.sinks import Sink
+from edge_rt.trace import UtteranceTrace
+
+__all__ = ["SpeechQueue"]
+
+
+class SpeechQueue:
+    def __init__(self, sink: Sink):
+        self.sink = sink
+        self._items: collections.deque[list] = collections.deque()  # [trace, samples, mark before writing]
+        self._queued = 0  # samples waiting here (not yet accepted by the sink)
+
+    def __bool__(self) -> bool:
+        return bool(self._items)
+
+    def add(self, trace: UtteranceTrace, samples: np.ndarray, first: bool) -> None:
+        """Queue one clause of ``trace``'s speech (float32 at the sink's rate); ``first``: its first clause."""
+        self._items.append([trace, samples, first])
+        self._queued += len(samples)
+
+    def push(self) -> None:
+        """Hand the sink as much as it accepts now."""
+        while self._items:
+            item = self._items[0]
+            tr, head, mark = item
+            if mark:  # its first sample is the next one the sink takes
+                self.sink.mark(lambda t_ns, tr=tr: tr.stamp("first_output", t_ns))
+                item[2] = False
+            n = self.sink.write(head)
+            self._queued -= n
+            if n == len(head):
+                self._items.popleft()
+            else:
+                item[1] = head[n:]  # back-pressure: offer the rest later
+                return
+
+    def backlog_s(self) -> float:
+        """Seconds of speech synthesized but not played yet (in the sink and here)."""
+        return (self.sink.pending() + self._queued) / self.sink.rate
+
+    def drop_oldest(self) -> UtteranceTrace | None:
+        """Drop the oldest utterance's unplayed speech if another one waits behind it; returns its trace."""
+        if not self._items or self._items[0][0] is self._items[-1][0]:
+            return None
+        oldest = self._items[0][0]
+        while self._items[0][0] is oldest:
+            self._queued -= len(self._items.popleft()[1])
+        return oldest
