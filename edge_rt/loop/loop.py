@@ -53,14 +53,15 @@ class _Hypothesis:
 
     end: int  # capture sample index the hypothesis covers up to
     lang: str
-    text: str
+    text: str  # in the source language; "" when only the translation was decoded (see source_pending)
     translation: str
     asr_ns: int
     mt_ns: int
+    source_pending: bool = False  # Whisper translated directly: the source transcript comes after the audio
 
     @property
     def complete(self) -> bool:
-        return self.text.rstrip().endswith(SENTENCE_END)
+        return (self.text or self.translation).rstrip().endswith(SENTENCE_END)
 
 
 @dataclass
@@ -274,25 +275,38 @@ class Loop:
             self.on_caption("partial", utt.trace.utterance, result.language, result.text)
 
     def _recognize(self, start: int, end: int) -> _Hypothesis:
-        """ASR (+ Whisper translate task) + MT of capture samples [start, end)."""
+        """One Whisper pass (language detection picks transcribe or translate) + MT of samples [start, end).
+
+        On a translate route the source-language transcript is not on the critical path:
+        :meth:`_finalize` decodes it after the first translated clause is on its way.
+        """
         st, clock = self.stages, self.source.clock
         audio = self._level(self.history.slice(start, end))
-        first = st.asr.transcribe(audio, language=self.options.source)
-        text = first.text.strip()
+        target = self.options.target
+
+        def task_for(lang: str) -> str:
+            try:
+                return st.route(lang, target).asr_task
+            except EdgeRtError:
+                return "transcribe"  # no route: the error is raised below with its message
+
+        first = st.asr.transcribe(audio, language=self.options.source,
+                                  task=task_for if st.asr.multilingual else "transcribe")
+        heard = first.text.strip()
         unsure = self.options.unsure
         if unsure is not None and first.no_speech_prob > unsure[0] and first.avg_logprob < unsure[1]:
-            text = ""  # babble or noise, not speech to this device
-        if not text:
+            heard = ""  # babble or noise, not speech to this device
+        if not heard:
             now = clock.now_ns()
             return _Hypothesis(end, first.language, "", "", now, now)
-        route = st.route(first.language, self.options.target)
-        spoken = text
-        if route.asr_task == "translate":
-            spoken = st.asr.transcribe(audio, language=first.language, task="translate").text.strip()
+        route = st.route(first.language, target)
+        translated = route.asr_task == "translate"
         asr_ns = clock.now_ns()
+        spoken = heard
         if route.mt_pair and spoken:
             spoken = st.mt.translate(spoken, *route.mt_pair)
-        return _Hypothesis(end, first.language, text, spoken, asr_ns, clock.now_ns())
+        return _Hypothesis(end, first.language, "" if translated else heard, spoken, asr_ns, clock.now_ns(),
+                           source_pending=translated)
 
     def _level(self, audio: np.ndarray) -> np.ndarray:
         """Automatic gain: a quiet utterance reaches Whisper at speech level (see stages/gain.py)."""
@@ -308,11 +322,12 @@ class Loop:
         detected = tr.t_ns["end_detected"]
         tr.lang, tr.text = hyp.lang, hyp.text
         self._errors_in_row = 0  # ASR and MT worked; a TTS failure is counted again
-        if not any(c.isalnum() for c in hyp.text):  # "" or a lone "." on noise
+        if not any(c.isalnum() for c in hyp.text or hyp.translation):  # "" or a lone "." on noise
             tr.dropped = "no speech recognised (silence or noise)"
             self._close(tr)
             return
-        self.on_caption("final", tr.utterance, tr.lang, tr.text)
+        if not hyp.source_pending:
+            self.on_caption("final", tr.utterance, tr.lang, tr.text)
         tr.stamp("asr_final", max(hyp.asr_ns, detected))
         tr.translation = hyp.translation
         tr.stamp("mt_done", max(hyp.mt_ns, detected))
@@ -330,6 +345,17 @@ class Loop:
         self._clauses = clauses
         self._clause_trace = tr
         self._next_clause()
+        if hyp.source_pending:  # the translation is on its way: now the source-language caption
+            self._transcribe_source(tr)
+
+    def _transcribe_source(self, tr: UtteranceTrace) -> None:
+        audio = self._level(self.history.slice(tr.start_sample, tr.end_sample))
+        try:
+            tr.text = self.stages.asr.transcribe(audio, language=tr.lang).text.strip()
+        except Exception as e:  # noqa: BLE001 - a caption only: the translation is already spoken
+            self.errors.append(f"utterance {tr.utterance} source caption: {type(e).__name__}: {e}")
+            return
+        self.on_caption("final", tr.utterance, tr.lang, tr.text)
 
     # -- output ------------------------------------------------------------------
     def _next_clause(self) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Callable, TYPE_CHECKING
 
 import numpy as np
 
@@ -148,7 +148,9 @@ class Asr:
     def multilingual(self) -> bool:
         return self.tokenizer.multilingual
 
-    def _check_request(self, language: str | None, task: str) -> None:
+    def _check_request(self, language: str | None, task) -> None:
+        if callable(task):
+            task = "translate" if self.multilingual else "transcribe"  # the strictest a chooser can ask
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, not {task!r}")
         if language is not None and language not in self.languages:
@@ -168,7 +170,8 @@ class Asr:
             return self.options.bucket_s
         return next((b for b in self.buckets_s if bucket_frames(b) >= frames), self.buckets_s[-1])
 
-    def transcribe(self, audio: np.ndarray, *, language: str | None = None, task: str = "transcribe") -> AsrResult:
+    def transcribe(self, audio: np.ndarray, *, language: str | None = None,
+                   task: str | Callable[[str], str] = "transcribe") -> AsrResult:
         """Recognise one utterance.
 
         Args:
@@ -176,7 +179,9 @@ class Asr:
                 consecutive windows and the texts joined.
             language: spoken language code (see :attr:`languages`); None = detect from the
                 first window (multilingual models) or "en".
-            task: "transcribe", or "translate" for Whisper's X->English translation.
+            task: "transcribe", or "translate" for Whisper's X->English translation, or a
+                function of the (detected) language that returns one of the two: one decode
+                then detects the language and does the right task (the loop's single pass).
 
         Returns:
             The joined text of every window not judged silent, with decoding statistics.
@@ -199,7 +204,8 @@ class Asr:
                 continue
             frames_b = bucket_frames(bucket)
             self._inference.encode(melmod.window(mel, start, frames_b, out=self._inference.mel_buffer(frames_b)))
-            r = self._task.run(lambda lang: self.tokenizer.prompt(lang, task), language)
+            r = self._task.run(lambda lang: self.tokenizer.prompt(lang, _resolve(task, lang, self.multilingual)),
+                               language)
             language = language or r.language  # later windows keep the first window's language
             text = self.tokenizer.decode(r.tokens).strip()
             windows.append(_Window(r, bucket, text, silent=self._is_silent(r, text)))
@@ -247,6 +253,15 @@ class _Window:
     text: str
     silent: bool
     gated: bool = False  # skipped as digital silence, never decoded
+
+
+def _resolve(task, language: str, multilingual: bool) -> str:
+    """The task for ``language`` (a fixed task, or the caller's chooser)."""
+    chosen = task(language) if callable(task) else task
+    if chosen not in TASKS or (chosen == "translate" and not multilingual):
+        raise ValueError(f"the task chooser returned {chosen!r} for {language!r}; valid: {TASKS}"
+                         + ("" if multilingual else " (translate needs a multilingual model)"))
+    return chosen
 
 
 def _check_audio(audio: np.ndarray) -> np.ndarray:

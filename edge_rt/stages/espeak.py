@@ -271,15 +271,21 @@ class Espeak:
             begin = stop
         return clauses
 
-    def sentences(self, text: str, voice: str) -> list[EspeakSentence]:
-        """Phonemes and text of each sentence, grouped as piper does; sentences without phonemes are dropped."""
+    def sentences(self, text: str, voice: str, first_clause_alone: bool = False) -> list[EspeakSentence]:
+        """Phonemes and text of each sentence, grouped as piper does; sentences without phonemes are dropped.
+
+        ``first_clause_alone``: the first clause of a longer first sentence is its own chunk, so a
+        streaming synthesizer can start speaking after one clause instead of one sentence.
+        """
         sentences: list[EspeakSentence] = []
         phonemes, span = "", ""
-        for clause in self.clauses(text, voice):
+        clauses = self.clauses(text, voice)
+        for i, clause in enumerate(clauses):
             phonemes += _LANG_SWITCH.sub("", clause.phonemes) + clause.terminator
             phonemes += _NON_CLAUSE_PUNCT.get(clause.terminator, "")
             span += clause.text
-            if clause.end_of_sentence:
+            split_here = first_clause_alone and i == 0 and len(clauses) > 1
+            if clause.end_of_sentence or split_here:
                 sentences.append(EspeakSentence(unicodedata.normalize("NFD", phonemes), span))
                 phonemes, span = "", ""
         if phonemes or span:

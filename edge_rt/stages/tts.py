@@ -48,6 +48,9 @@ class TtsOptions:
     normalize: bool = True  # scale each sentence to peak 1.0, as piper-tts does by default
     bucketed: bool = True  # pad phoneme ids to the pack's fixed lengths (static input shapes)
     espeak_rate_wpm: int = 175  # speaking rate of the formant voice, words per minute
+    # clauses(): the first clause of the first sentence is its own chunk (audio starts after one
+    # clause, not one sentence); synthesize() and every later sentence are unaffected.
+    stream_first_clause: bool = True
 
     def __post_init__(self) -> None:
         _verify_options(self)
@@ -187,14 +190,21 @@ class Tts:
     def synthesize(self, text: str, lang: str) -> TtsAudio:
         """The whole text as one chunk (sentences back to back, as piper-tts writes them)."""
         key = self._key(lang)
-        chunks = [a.samples for a in self.clauses(text, key)]
+        chunks = [a.samples for a in self._chunks(text, key, first_clause_alone=False)]
         samples = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
         return TtsAudio(samples, self.sample_rate(key), self.engine(key), text)
 
     def clauses(self, text: str, lang: str) -> Iterator[TtsAudio]:
-        """One chunk per sentence, each synthesized only when asked for (stream the first one early)."""
-        key = self._key(lang)
-        sentences = self._espeak.sentences(text, self._espeak_voice(key)) if text.strip() else []
+        """One chunk per sentence, each synthesized only when asked for (stream the first one early).
+
+        With ``TtsOptions.stream_first_clause`` the first clause of a longer first sentence
+        comes alone, so audio can start before the whole first sentence is synthesized.
+        """
+        return self._chunks(text, self._key(lang), self.options.stream_first_clause)
+
+    def _chunks(self, text: str, key: str, first_clause_alone: bool) -> Iterator[TtsAudio]:
+        voice = self._espeak_voice(key)
+        sentences = self._espeak.sentences(text, voice, first_clause_alone=first_clause_alone) if text.strip() else []
         for sentence in sentences:
             yield self._speak(sentence, key)
 

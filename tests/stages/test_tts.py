@@ -85,6 +85,16 @@ def test_clauses_stream_one_chunk_per_sentence(tts):
     np.testing.assert_array_equal(np.concatenate([c.samples for c in chunks]), whole.samples)
 
 
+def test_first_clause_streams_alone_then_sentences(tts):
+    text = "Well, the first sentence has a comma, two in fact. Second one, with a comma?"
+    chunks = list(tts.clauses(text, "en"))
+    assert [c.text for c in chunks] == ["Well, ", "the first sentence has a comma, two in fact. ",
+                                        "Second one, with a comma?"]
+    assert all(c.duration_s > 0.2 for c in chunks)
+    whole = tts.synthesize(text, "en")  # synthesize() keeps piper's sentence grouping
+    assert abs(sum(c.duration_s for c in chunks) - whole.duration_s) < 0.5
+
+
 def test_clauses_are_lazy(tts):
     it = tts.clauses("One. Two. Three.", "en")
     first = next(it)
