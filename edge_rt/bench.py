@@ -147,7 +147,12 @@ def _turn(traces: list[UtteranceTrace], clock, end: int) -> tuple[float | None, 
     if not spoken:
         return None, None
     last = spoken[-1]
-    return (last.t_ns["first_output"] - clock.ns(end)) / 1e6, last
+    latency = (last.t_ns["first_output"] - clock.ns(end)) / 1e6
+    if latency < 0:
+        # The translation started before the oracle's end of speech: the last sound the VAD scored
+        # as speech (a breath, trailing noise) became no utterance of its own. No turn to measure.
+        return None, last
+    return latency, last
 
 
 def cold_start_s() -> float:
@@ -202,6 +207,8 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
         "rss_mb_peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "cold_start_s": round(cold, 3),
         "cpu_percent": round(100 * cpu / wall, 1) if wall else None,
+        # no turn latency: nothing was spoken, or the VAD's last speech frame (trailing noise) came after
+        # the last translation had started (see _turn)
         "missed": [r.id for r in results if r.turn_latency_ms is None],
         "loop": {"partials": options.partials, "speculate": options.speculate, "early_commit": options.early_commit},
         "oracle": f"end of the last 32 ms frame with Silero p >= {ORACLE_THRESHOLD} over the whole clip",

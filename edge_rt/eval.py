@@ -41,7 +41,11 @@ class EvalOptions:
     spoken: bool = True  # transcribe the synthesized output back (ASR-BLEU, round-trip WER)
 
 
-def _target(clip: dict) -> str:
+def _target(clip: dict, targets: list[str]) -> str:
+    """A language with a real reference translation when the pack can speak it, else the bench's choice."""
+    for lang in (clip.get("translations") or {}):
+        if lang in targets and lang != clip["lang"]:
+            return lang
     return BenchOptions().target_for(clip["lang"])
 
 
@@ -73,7 +77,7 @@ def evaluate_precision(pack: BuiltPack, precision: str, clips: list[dict], optio
         if c["lang"] not in stages.asr.languages:
             continue  # e.g. French on the English-only tiny pack
         audio = read_audio(c["path"])
-        target = _target(c)
+        target = _target(c, stages.targets())
         utts, track, rate = translate_audio(stages, audio, TranslateOptions(target=target))
         text = " ".join(u.text for u in utts)
         translation = " ".join(u.translation for u in utts)
