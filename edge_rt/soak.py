@@ -29,11 +29,9 @@ from typing import Callable
 
 import numpy as np
 
-from edge_rt.audio.clock import CaptureClock
 from edge_rt.audio.files import read_audio
-from edge_rt.audio.ring import Ring
 from edge_rt.audio.sinks import PacedFileSink
-from edge_rt.audio.sources import BLOCK, CAPTURE_RING
+from edge_rt.audio.sources import BLOCK, PacedSource
 from edge_rt.loop.loop import Loop, LoopOptions
 from edge_rt.loop.observer import LoopObserver
 from edge_rt.units import SAMPLE_RATE
@@ -68,7 +66,7 @@ class SoakOptions:
             raise ValueError(f"soak warmup_s must be in [0, {self.minutes * 60:.0f}) s, got {self.warmup_s}")
 
 
-class PlaylistSource:
+class PlaylistSource(PacedSource):
     """Plays ``cycle`` (float32, 16 kHz) round and round at real-time pace for ``duration_s``, then silence.
 
     Like :class:`~edge_rt.audio.sources.PacedFileSource`, but the audio repeats,
@@ -76,6 +74,7 @@ class PlaylistSource:
     """
 
     def __init__(self, cycle: np.ndarray, duration_s: float):
+        super().__init__(name="soak-source")
         if len(cycle) < BLOCK:
             raise ValueError(f"a playlist cycle must hold at least {BLOCK} samples, got {len(cycle)}")
         # one block of wrap-around appended, so every block is one slice
@@ -84,48 +83,15 @@ class PlaylistSource:
         self._total = int(duration_s * SAMPLE_RATE)
         self._tail = int(TAIL_S * SAMPLE_RATE)
         self._silence = np.zeros(BLOCK, np.float32)
-        self.ring = Ring(CAPTURE_RING, policy="overwrite")
-        self.clock = CaptureClock()
-        self._stop = threading.Event()
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="soak-source", daemon=True)
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(2.0)
-        self._done.set()
-
-    def pump(self) -> None:
-        pass
-
-    @property
-    def finished(self) -> bool:
-        return self._done.is_set()
-
-    def _run(self) -> None:
-        t0 = time.monotonic_ns()
-        period_ns = BLOCK * 1_000_000_000 // SAMPLE_RATE
-        k = 0
-        while not self._stop.is_set() and k * BLOCK < self._total + self._tail:
-            due = t0 + (k + 1) * period_ns
-            delay = (due - time.monotonic_ns()) / 1e9
-            if delay > 0:
-                time.sleep(delay)
-            pos = k * BLOCK
-            if pos < self._total:
-                start = pos % self._period
-                block = self._cycle[start : start + BLOCK]
-            else:
-                block = self._silence
-            index = self.ring.written
-            self.ring.write(block)
-            self.clock.anchor(index + BLOCK - 1, due)
-            k += 1
-        self._done.set()
+    def _block(self, k: int) -> np.ndarray | None:
+        pos = k * BLOCK
+        if pos >= self._total + self._tail:
+            return None
+        if pos < self._total:
+            start = pos % self._period
+            return self._cycle[start : start + BLOCK]
+        return self._silence
 
 
 def rss_mb() -> float:

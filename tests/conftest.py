@@ -44,6 +44,18 @@ def english_clips(speech_manifest) -> list[dict]:
     return [m for m in speech_manifest if m["lang"] == "en"]
 
 
+@pytest.fixture(scope="module")
+def jack():
+    """A JACK dummy sound card for live-audio tests (started unless one runs; see tests/jack.py)."""
+    from tests.jack import ensure_jack
+
+    proc = ensure_jack()
+    yield
+    if proc is not None:
+        proc.terminate()
+        proc.wait(5)
+
+
 @pytest.fixture(scope="session")
 def default_pack() -> BuiltPack:
     return BuiltPack.load("default")

@@ -11,16 +11,9 @@ import pytest
 
 from edge_rt.config import Config
 from edge_rt.doctor import Check, Gpu, _stage_tensorrt, check_pack, probe_gpu
-from tests.jack import RATE, ensure_jack
+from tests.jack import RATE
 
 
-@pytest.fixture(scope="module")
-def jack():
-    proc = ensure_jack()
-    yield
-    if proc is not None:
-        proc.terminate()
-        proc.wait(5)
 
 
 def _doctor(config, *extra):

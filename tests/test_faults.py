@@ -31,7 +31,7 @@ from edge_rt.loop.stages import Stages
 from edge_rt.session import Recording, Session, live_header
 from edge_rt.units import SAMPLE_RATE
 from edge_rt.wav_stream import read_wav
-from tests.jack import PERIOD, RATE, Harness, ensure_jack, start_edge_rt
+from tests.jack import PERIOD, RATE, Harness, start_edge_rt
 
 CLIPS = ("en_librispeech_1089-134691-0000", "en_librispeech_1089-134686-0001", "en_librispeech_1089-134691-0001")
 
@@ -306,13 +306,6 @@ def test_serve_reopens_a_lost_device_with_back_off_and_logs_the_gap(tiny_pack, s
 
 
 # -- signals mid-utterance --------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def jack():
-    proc = ensure_jack()
-    yield
-    if proc is not None:
-        proc.terminate()
-        proc.wait(5)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])

@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from edge_rt.service import Notifier, NotifyError
-from tests.jack import RATE, ensure_jack
+from tests.jack import RATE
 
 
 def _listener(path) -> socket.socket:
@@ -79,13 +79,6 @@ def test_bad_socket_address_is_named():
         Notifier.from_env({"NOTIFY_SOCKET": "relative/path"})
 
 
-@pytest.fixture(scope="module")
-def jack():
-    proc = ensure_jack()
-    yield
-    if proc is not None:
-        proc.terminate()
-        proc.wait(5)
 
 
 def test_serve_notifies_systemd_and_stops_on_sigterm(jack, default_pack, tmp_path):

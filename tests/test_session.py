@@ -18,7 +18,7 @@ from edge_rt.replay import compare, word_errors
 from edge_rt.report import render_report
 from edge_rt.session import Session, SessionError
 from edge_rt.wav_stream import StreamingWav, read_wav
-from tests.jack import RATE, Harness, ensure_jack, start_edge_rt
+from tests.jack import RATE, Harness, start_edge_rt
 
 
 # -- crash-safe WAV ---------------------------------------------------------------
@@ -113,13 +113,6 @@ def _check_report(folder, text: str) -> None:
 
 
 # -- live: record through JACK, replay, report ----------------------------------------
-@pytest.fixture(scope="module")
-def jack():
-    proc = ensure_jack()
-    yield
-    if proc is not None:
-        proc.terminate()
-        proc.wait(5)
 
 
 @pytest.fixture(scope="module")

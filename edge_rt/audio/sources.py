@@ -66,23 +66,24 @@ class FastFileSource:
         return self._pos >= len(self._audio)
 
 
-class PacedFileSource:
-    """Replays audio at real-time pace from a thread, like a microphone (tests, bench, replay).
+class PacedSource:
+    """Base of sources that a thread feeds at real-time pace, like a microphone.
 
-    After the audio it keeps sending ``tail_s`` of silence so the last
-    utterance can end, then reports :attr:`finished`.
+    Subclasses give :meth:`_block`: the ``k``-th block of ``BLOCK`` samples, or
+    None when the stream is over. The block becomes available once it has been
+    "spoken" (at ``start + (k + 1) * period``) and the clock is anchored there.
     """
 
-    def __init__(self, audio: np.ndarray, tail_s: float = 2.0, lead_s: float = 0.0, speed: float = 1.0):
-        lead = np.zeros(int(lead_s * SAMPLE_RATE), np.float32)
-        tail = np.zeros(int(tail_s * SAMPLE_RATE), np.float32)
-        self._audio = np.concatenate([lead, audio.astype(np.float32), tail])
+    def __init__(self, speed: float = 1.0, name: str = "paced-source"):
         self.ring = Ring(CAPTURE_RING, policy="overwrite")
         self.clock = CaptureClock()
         self._speed = speed
         self._stop = threading.Event()
         self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="paced-source", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def _block(self, k: int) -> np.ndarray | None:
+        raise NotImplementedError
 
     def start(self) -> None:
         self._thread.start()
@@ -104,16 +105,33 @@ class PacedFileSource:
         t0 = time.monotonic_ns()
         period_ns = int(BLOCK * 1e9 / SAMPLE_RATE / self._speed)
         k = 0
-        n = len(self._audio)
-        while not self._stop.is_set() and k * BLOCK < n:
+        while not self._stop.is_set():
+            block = self._block(k)
+            if block is None:
+                break
             due = t0 + (k + 1) * period_ns  # a block is available once it has been "spoken"
             delay = (due - time.monotonic_ns()) / 1e9
             if delay > 0:
                 time.sleep(delay)
-            block = self._audio[k * BLOCK : (k + 1) * BLOCK]
             index = self.ring.written
             self.ring.write(block)
-            # The block's last sample was captured at `due`.
-            self.clock.anchor(index + len(block) - 1, due)
+            self.clock.anchor(index + len(block) - 1, due)  # its last sample was captured at `due`
             k += 1
         self._done.set()
+
+
+class PacedFileSource(PacedSource):
+    """Replays audio at real-time pace from a thread, like a microphone (tests, bench, replay).
+
+    After the audio it keeps sending ``tail_s`` of silence so the last
+    utterance can end, then reports :attr:`finished`.
+    """
+
+    def __init__(self, audio: np.ndarray, tail_s: float = 2.0, lead_s: float = 0.0, speed: float = 1.0):
+        super().__init__(speed)
+        lead = np.zeros(int(lead_s * SAMPLE_RATE), np.float32)
+        tail = np.zeros(int(tail_s * SAMPLE_RATE), np.float32)
+        self._audio = np.concatenate([lead, audio.astype(np.float32), tail])
+
+    def _block(self, k: int) -> np.ndarray | None:
+        return self._audio[k * BLOCK : (k + 1) * BLOCK] if k * BLOCK < len(self._audio) else None

@@ -15,16 +15,9 @@ import numpy as np
 import pytest
 
 from edge_rt.audio.files import read_audio
-from tests.jack import RATE, Harness, ensure_jack, start_edge_rt
+from tests.jack import RATE, Harness, start_edge_rt
 
 
-@pytest.fixture(scope="module")
-def jack():
-    proc = ensure_jack()
-    yield
-    if proc is not None:
-        proc.terminate()
-        proc.wait(5)
 
 
 def _words(text: str) -> set[str]:
