@@ -13,8 +13,7 @@ fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 . .venv/bin/activate
 python -m pip install -q --disable-pip-version-check -U pip
-spec="."
-[ -n "${EXTRAS:-}" ] && spec=".[${EXTRAS}]"
+spec=".[build${EXTRAS:+,$EXTRAS}]"
 python -m pip install -q --disable-pip-version-check -e "$spec"
 packs=("$@")
 [ ${#packs[@]} -eq 0 ] && packs=(default)
