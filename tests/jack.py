@@ -93,34 +93,44 @@ def start_edge_rt(args: list[str], harness: "Harness", timeout_s: float = 120.0)
 
 
 class Harness:
-    """Plays a clip (after :meth:`play`) and records everything, in this process's PortAudio client."""
+    """Plays a clip (after :meth:`play`) and records everything, as its own JACK client.
+
+    It talks to libjack directly (JACK-Client), not through PortAudio: PortAudio's JACK host API can
+    crash while closing a stream whose peer just went away (seen in CI as a segfault in
+    ``Pa_CloseStream``), and a crash here would take the whole test run with it.  Edge-rt itself still
+    goes through PortAudio, the path it uses on a real sound card.
+    """
 
     def __init__(self, clip: np.ndarray):
-        import sounddevice as sd
-
+        try:
+            import jack
+        except (ImportError, OSError) as e:
+            pytest.fail(f"the JACK test harness needs JACK-Client and libjack ({e}); "
+                        f"`pip install -e .[dev]` and `apt install jackd2`")
         self._clip = clip.astype(np.float32)
         self._pos = 0
         self._playing = threading.Event()
         self.recorded: list[np.ndarray] = []
         self.play_started_ns = 0
+        self._client = jack.Client(f"edge_rt_harness_{os.getpid()}", no_start_server=True)
+        if self._client.samplerate != RATE:
+            self._client.close()
+            pytest.fail(f"the JACK server runs at {self._client.samplerate} Hz, the tests need {RATE} Hz")
+        out = self._client.outports.register("out")
+        inp = self._client.inports.register("in")
 
-        def out_cb(outdata, frames, t, status):
-            outdata[:] = 0
+        @self._client.set_process_callback
+        def process(frames):
+            buf = out.get_array()
+            buf[:] = 0
             if self._playing.is_set() and self._pos < len(self._clip):
                 n = min(frames, len(self._clip) - self._pos)
-                outdata[:n, 0] = self._clip[self._pos : self._pos + n]
+                buf[:n] = self._clip[self._pos : self._pos + n]
                 self._pos += n
+            self.recorded.append(inp.get_array().copy())
 
-        def in_cb(indata, frames, t, status):
-            self.recorded.append(indata[:, 0].copy())
-
-        before = set(port_names())
-        self._out = sd.OutputStream(samplerate=RATE, channels=1, blocksize=PERIOD, dtype="float32", callback=out_cb)
-        self._in = sd.InputStream(samplerate=RATE, channels=1, blocksize=PERIOD, dtype="float32", callback=in_cb)
-        self._out.start()
-        self._in.start()
-        # This process's PortAudio client may already hold ports from earlier streams: find ours by difference.
-        self.ports = _await_new_ports(before)
+        self._client.activate()
+        self.ports = {"out": out.name, "in": inp.name}
 
     def play(self) -> None:
         self.play_started_ns = time.monotonic_ns()
@@ -134,6 +144,5 @@ class Harness:
         return np.concatenate(self.recorded) if self.recorded else np.zeros(0, np.float32)
 
     def close(self) -> None:
-        for s in (self._out, self._in):
-            s.stop()
-            s.close()
+        self._client.deactivate()
+        self._client.close()
