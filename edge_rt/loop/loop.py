@@ -3,8 +3,9 @@
 One worker thread owns the engines and the stage state; audio callbacks only
 copy into or out of rings. Each iteration takes one 32 ms hop from the capture
 ring, runs the VAD and the endpointer, and does at most one piece of heavier
-work (a partial decode, the final decode + translation + first clause, or the
-next clause), so the capture side is read at least every few hundred ms.
+work (a partial decode, the final decode + translation + first clause, the same
+done ahead at a pause, or the next clause), so the capture side is read at least
+every few hundred ms.
 
 Time is the capture ring's sample index; the trace converts it to monotonic
 ns through the source's clock.
@@ -17,7 +18,7 @@ import itertools
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
@@ -34,6 +35,7 @@ from edge_rt.loop.overload import OverloadStats
 from edge_rt.loop.stages import Stages
 from edge_rt.loop.stream import LocalAgreement
 from edge_rt.stages.gain import apply_gain
+from edge_rt.stages.tts import TtsAudio
 from edge_rt.trace import TraceWriter, UtteranceTrace
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME
 
@@ -58,6 +60,8 @@ class _Hypothesis:
     asr_ns: int
     mt_ns: int
     source_pending: bool = False  # Whisper translated directly: the source transcript comes after the audio
+    # Speculation also synthesizes the first clause: (its audio, the rest of the clauses, not yet synthesized).
+    speech: tuple[TtsAudio, Iterator[TtsAudio]] | None = None
 
     @property
     def complete(self) -> bool:
@@ -246,12 +250,22 @@ class Loop:
             return
         try:
             hyp = self._recognize(utt.trace.start_sample, end)
+            hyp = self._synthesize_ahead(hyp)
         except Exception:  # noqa: BLE001 - work ahead only: the real end decodes again and reports a failure
             return
         utt.speculation = hyp
         if o.early_commit and hyp.complete and len(hyp.text.split()) >= o.min_commit_words:
             for event in self.endpointer.force_end("complete"):
                 self._on_event(event)
+
+    def _synthesize_ahead(self, hyp: _Hypothesis) -> _Hypothesis:
+        """The speculative hypothesis with its first clause synthesized, so a pause that becomes the end
+        starts playing at once; the other clauses are synthesized only if it does."""
+        if not any(c.isalnum() for c in hyp.translation):
+            return hyp
+        clauses = iter(self.stages.tts.clauses(hyp.translation, self.options.target))
+        first = next(clauses, None)
+        return hyp if first is None else replace(hyp, speech=(first, clauses))
 
     def _maybe_partial(self, now: int) -> None:
         utt = self._current
@@ -338,7 +352,10 @@ class Loop:
             return
         # Streaming TTS: the first clause now, the rest one per iteration.
         self._finish_previous()
-        clauses = iter(self.stages.tts.clauses(hyp.translation, self.options.target))
+        if hyp.speech is not None:  # synthesized during the pause
+            clauses = itertools.chain([hyp.speech[0]], hyp.speech[1])
+        else:
+            clauses = iter(self.stages.tts.clauses(hyp.translation, self.options.target))
         if self.options.overload.shorten(self._output_backlog_s()):  # level 2: say less
             self.overload.translations_shortened += 1
             clauses = itertools.islice(clauses, self.options.overload.clauses)

@@ -18,8 +18,8 @@ class LoopOptions:
     endpoint: EndpointOptions = field(default_factory=EndpointOptions)
     partials: bool = True  # re-decode the growing utterance for live captions and the stable prefix
     partial_interval_ms: int = 960  # how often a partial is decoded
-    # Speculation: once speech pauses for this long, decode and translate the utterance so far;
-    # if the pause becomes the end, that work is reused (None: off).
+    # Speculation: once speech pauses for this long, decode and translate the utterance so far and
+    # synthesize its first clause; if the pause becomes the end, that work is reused (None: off).
     speculate_after_ms: int | None = 96
     # ... and when that hypothesis is a complete sentence (ends in . ? !), end the utterance
     # right there instead of waiting for the whole hangover. Off by default: Whisper ends

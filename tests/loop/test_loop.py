@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from edge_rt.audio.files import read_audio
@@ -43,6 +44,37 @@ def test_speculation_reuses_the_pause_work_without_changing_the_result(stages, s
     assert not any(t.speculative for t in plain)
     assert [t.text for t in spec] == [t.text for t in plain]
     assert [t.translation for t in spec] == [t.translation for t in plain]
+
+
+def test_speculation_synthesizes_the_first_clause_during_the_pause(stages, speech_dir, monkeypatch):
+    """At a pause that becomes the end, the first clause was synthesized before the hangover ran out,
+    and what is spoken is the same as without speculation."""
+    audio = read_audio(speech_dir / "en_librispeech_1995-1837-0001.wav")
+    plain, plain_sink = _run(stages, audio, speculate_after_ms=None)
+    synthesized: list[tuple[str, int]] = []  # (translation, capture position) of each first clause synthesized
+    original = stages.tts.clauses
+    source = FastFileSource(audio)
+
+    def spy(text, lang):
+        chunks = original(text, lang)
+        first = next(chunks, None)
+        synthesized.append((text, source.ring.read_index))
+        return iter(() if first is None else [first, *chunks])
+
+    monkeypatch.setattr(stages.tts, "clauses", spy)
+    sink = TimelineSink(22050, now_s=lambda: source.ring.read_index / 16000)
+    options = LoopOptions(target="pt")
+    spec = Loop(stages, source, sink, options).run()
+    hangover = options.endpoint.hangover_ms * 16000 // 1000
+    ahead = [t for t in spec if t.speculative]
+    assert ahead
+    for t in ahead:  # its speech was synthesized inside the pause, before the end was declared, and only then
+        at = [i for text, i in synthesized if text == t.translation]
+        assert at and all(t.end_sample <= i < t.end_sample + hangover for i in at), (t.end_sample, at)
+    assert [t.translation for t in spec] == [t.translation for t in plain]
+    # The same speech (espeak-ng's formant voice varies by a few samples from call to call).
+    voiced = lambda a: int(np.count_nonzero(a))  # noqa: E731 - wherever the timeline placed it
+    assert voiced(sink.audio()) == pytest.approx(voiced(plain_sink.audio()), rel=0.01)
 
 
 def test_early_commit_ends_complete_sentences_before_the_hangover(stages, speech_dir):
