@@ -9,7 +9,8 @@ import pytest
 
 from edge_rt.build.calibrate import Calibrator, CalibrationOptions
 from edge_rt.build.outliers import ChannelStats, split_outliers
-from edge_rt.build.quantize import QuantizationError, QuantRecipe, quantize, select_nodes, tensors_to_calibrate
+from edge_rt.build.quantize import (QuantizationError, QuantRecipe, gemm_as_matmul, quantize, select_nodes,
+                                    tensors_to_calibrate)
 from tests.build.test_calibrate import feeds, mlp
 
 
@@ -53,6 +54,53 @@ def test_dynamic_needs_no_calibration(tmp_path):
     out = quantize(path, None, select_nodes(onnx.load(str(path)), recipe), recipe, tmp_path / "d.onnx")
     x = feeds(1)[0]
     assert np.linalg.norm(run(path, x) - run(out, x)) / np.linalg.norm(run(path, x)) < 0.05
+
+
+def tied_projection(path, d=16, vocab=48, seed=0, **gemm):
+    """Token embedding (Gather) + the tied output projection Gemm(h, E, transB=1): Whisper's decoder ends."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    emb = numpy_helper.from_array(rng.standard_normal((vocab, d)).astype(np.float32), "emb")
+    bias = numpy_helper.from_array(rng.standard_normal(vocab).astype(np.float32), "bias")
+    nodes = [helper.make_node("Gather", ["emb", "tok"], ["e"], name="embed"),
+             helper.make_node("Add", ["e", "x"], ["h"], name="mix"),
+             helper.make_node("Gemm", ["h", "emb", "bias"], ["logits"], name="logits", **{"transB": 1, **gemm})]
+    g = helper.make_graph(nodes, "tied", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, d]),
+                                          helper.make_tensor_value_info("tok", TensorProto.INT64, [1])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, vocab])], [emb, bias])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_a_tied_gemm_is_quantized_dynamically_through_a_matmul(tmp_path):
+    path = tied_projection(tmp_path / "tied.onnx")
+    x = {"x": np.random.default_rng(3).standard_normal((1, 16)).astype(np.float32), "tok": np.array([5])}
+    model = onnx.load(str(path))
+    assert gemm_as_matmul(model, ["logits"]) == 1
+    onnx.save(model, str(tmp_path / "mm.onnx"))
+    np.testing.assert_allclose(run(tmp_path / "mm.onnx", x), run(path, x), rtol=1e-5, atol=1e-5)  # exact rewrite
+
+    recipe = QuantRecipe("logits", mode="dynamic", op_types=("Gemm",), split_outliers=None)
+    nodes = select_nodes(onnx.load(str(path)), recipe)
+    assert nodes == ["logits"]
+    out = quantize(path, None, nodes, recipe, tmp_path / "q.onnx")
+    q = onnx.load(str(out))
+    assert "Gemm" not in {n.op_type for n in q.graph.node}
+    kinds = {i.name: i.data_type for i in q.graph.initializer}
+    assert kinds["emb"] == onnx.TensorProto.FLOAT  # the Gather still reads the float table
+    assert onnx.TensorProto.INT8 in kinds.values()  # the projection's transposed copy is int8
+    ref, got = run(path, x), run(out, x)
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 0.05
+    assert got.argmax() == ref.argmax()
+
+
+def test_a_gemm_that_is_not_a_plain_product_is_named(tmp_path):
+    model = onnx.load(str(tied_projection(tmp_path / "tied.onnx", alpha=0.5)))
+    with pytest.raises(QuantizationError, match="'logits'.*not a plain"):
+        gemm_as_matmul(model, ["logits"])
 
 
 def test_select_nodes_honours_exclusions_and_skips_activation_matmuls(tmp_path):
