@@ -50,13 +50,13 @@ class BenchOptions:
     baseline: bool = True
     speech_dir: Path | None = None
     partials: bool = True  # live captions (costs compute during speech)
-    speculate: bool = True  # decode + translate at the start of each pause
+    # Decode + translate + synthesize ahead once a pause is this long (None: no speculation).
+    speculate_after_ms: int | None = LoopOptions.speculate_after_ms
     early_commit: bool = False  # end at a complete sentence instead of waiting the whole hangover
 
     def loop_options(self, target: str) -> LoopOptions:
-        return LoopOptions(target=target, partials=self.partials,
-                           speculate_after_ms=96 if self.speculate else None,
-                           early_commit=self.speculate and self.early_commit)
+        return LoopOptions(target=target, partials=self.partials, speculate_after_ms=self.speculate_after_ms,
+                           early_commit=self.speculate_after_ms is not None and self.early_commit)
 
     def target_for(self, lang: str) -> str:
         """English clips are spoken in Portuguese, every other language in English."""
@@ -210,7 +210,7 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
         # no turn latency: nothing was spoken, or the VAD's last speech frame (trailing noise) came after
         # the last translation had started (see _turn)
         "missed": [r.id for r in results if r.turn_latency_ms is None],
-        "loop": {"partials": options.partials, "speculate": options.speculate, "early_commit": options.early_commit},
+        "loop": {"partials": options.partials, "speculate_after_ms": options.speculate_after_ms, "early_commit": options.early_commit},
         "oracle": f"end of the last 32 ms frame with Silero p >= {ORACLE_THRESHOLD} over the whole clip",
         "baseline": f"{BASELINE_SILENCE_MS} ms silence + whole clip, Whisper 30 s window, FP32, full-sentence TTS",
         "clips": [r.as_dict() for r in results],

@@ -160,6 +160,13 @@ def _cmd_soak(args: argparse.Namespace) -> int:
     return 0
 
 
+def _speculation(args: argparse.Namespace) -> dict:
+    """BenchOptions keywords for --no-speculation / --speculate-after-ms (absent: the loop's default)."""
+    if args.no_speculation:
+        return {"speculate_after_ms": None}
+    return {} if args.speculate_after_ms is None else {"speculate_after_ms": args.speculate_after_ms}
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -181,7 +188,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         args.clip = args.clip or recorded["clips"]
     opts = BenchOptions(pack=args.pack, precision=args.precision, threads=args.threads, clips=tuple(args.clip),
                         limit=args.limit, baseline=not args.no_baseline, partials=not args.no_partials,
-                        speculate=not args.no_speculation, early_commit=args.early_commit,
+                        early_commit=args.early_commit, **_speculation(args),
                         speech_dir=Path(args.speech_dir) if args.speech_dir else None)
     result = bench(opts, log=log)
     if args.record_check:
@@ -409,6 +416,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-baseline", action="store_true", help="skip the serial baseline")
     b.add_argument("--no-partials", action="store_true", help="no partial decodes (live captions) during speech")
     b.add_argument("--no-speculation", action="store_true", help="no decode/translate ahead at pauses")
+    b.add_argument("--speculate-after-ms", type=int, default=None, metavar="MS",
+                   help="pause after which the utterance so far is decoded, translated and its first clause "
+                        "synthesized ahead (default: the loop's, 96)")
     b.add_argument("--early-commit", action="store_true",
                    help="end an utterance at a pause once its text is a complete sentence (faster, less accurate)")
     b.add_argument("--check", default=None, metavar="FILE",
