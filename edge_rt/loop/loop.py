@@ -250,10 +250,9 @@ class Loop:
             return
         try:
             hyp = self._recognize(utt.trace.start_sample, end)
-            hyp = self._synthesize_ahead(hyp)
         except Exception:  # noqa: BLE001 - work ahead only: the real end decodes again and reports a failure
             return
-        utt.speculation = hyp
+        utt.speculation = hyp = self._synthesize_ahead(hyp)
         if o.early_commit and hyp.complete and len(hyp.text.split()) >= o.min_commit_words:
             for event in self.endpointer.force_end("complete"):
                 self._on_event(event)
@@ -263,8 +262,11 @@ class Loop:
         starts playing at once; the other clauses are synthesized only if it does."""
         if not any(c.isalnum() for c in hyp.translation):
             return hyp
-        clauses = iter(self.stages.tts.clauses(hyp.translation, self.options.target))
-        first = next(clauses, None)
+        try:
+            clauses = iter(self.stages.tts.clauses(hyp.translation, self.options.target))
+            first = next(clauses, None)
+        except Exception:  # noqa: BLE001 - work ahead only: the end synthesizes again and reports a failure
+            return hyp
         return hyp if first is None else replace(hyp, speech=(first, clauses))
 
     def _maybe_partial(self, now: int) -> None:
