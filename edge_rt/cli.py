@@ -418,7 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-speculation", action="store_true", help="no decode/translate ahead at pauses")
     b.add_argument("--speculate-after-ms", type=int, default=None, metavar="MS",
                    help="pause after which the utterance so far is decoded, translated and its first clause "
-                        "synthesized ahead (default: the loop's, 96)")
+                        "synthesized ahead (default: the loop's, 64)")
     b.add_argument("--early-commit", action="store_true",
                    help="end an utterance at a pause once its text is a complete sentence (faster, less accurate)")
     b.add_argument("--check", default=None, metavar="FILE",

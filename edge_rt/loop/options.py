@@ -20,7 +20,7 @@ class LoopOptions:
     partial_interval_ms: int = 960  # how often a partial is decoded
     # Speculation: once speech pauses for this long, decode and translate the utterance so far and
     # synthesize its first clause; if the pause becomes the end, that work is reused (None: off).
-    speculate_after_ms: int | None = 96
+    speculate_after_ms: int | None = 64
     # ... and when that hypothesis is a complete sentence (ends in . ? !), end the utterance
     # right there instead of waiting for the whole hangover. Off by default: Whisper ends
     # almost every fragment with a period, and committing there split sentences (English WER
