@@ -210,7 +210,8 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
         # no turn latency: nothing was spoken, or the VAD's last speech frame (trailing noise) came after
         # the last translation had started (see _turn)
         "missed": [r.id for r in results if r.turn_latency_ms is None],
-        "loop": {"partials": options.partials, "speculate_after_ms": options.speculate_after_ms, "early_commit": options.early_commit},
+        "loop": {"partials": options.partials, "speculate_after_ms": options.speculate_after_ms,
+                 "early_commit": options.early_commit},
         "oracle": f"end of the last 32 ms frame with Silero p >= {ORACLE_THRESHOLD} over the whole clip",
         "baseline": f"{BASELINE_SILENCE_MS} ms silence + whole clip, Whisper 30 s window, FP32, full-sentence TTS",
         "clips": [r.as_dict() for r in results],

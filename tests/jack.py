@@ -113,9 +113,10 @@ class Harness:
         self.recorded: list[np.ndarray] = []
         self.play_started_ns = 0
         self._client = jack.Client(f"edge_rt_harness_{os.getpid()}", no_start_server=True)
-        if self._client.samplerate != RATE:
+        rate = self._client.samplerate
+        if rate != RATE:
             self._client.close()
-            pytest.fail(f"the JACK server runs at {self._client.samplerate} Hz, the tests need {RATE} Hz")
+            pytest.fail(f"the JACK server runs at {rate} Hz, the tests need {RATE} Hz")
         out = self._client.outports.register("out")
         inp = self._client.inports.register("in")
 

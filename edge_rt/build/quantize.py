@@ -174,9 +174,9 @@ def quantize(model_path: Path, calibration: Calibration | None, nodes: list[str]
 def gemm_as_matmul(model, nodes: list[str]) -> int:
     """Rewrite, in place, each ``Gemm`` named in ``nodes`` as ``MatMul`` (+ ``Add`` of its bias).
 
-    Only the plain form is rewritten: 2-D input, constant weight, ``alpha = beta = 1``,
-    ``transA = 0``; ``transB = 1`` gets a transposed copy of the weight (the original stays for
-    any other reader). The node keeps its name, so ``nodes`` still selects it. Returns how many
+    Only the plain form is rewritten: constant weight, ``alpha = beta = 1``, ``transA = 0``
+    (``Gemm`` inputs are 2-D, so ``MatMul`` computes the same); ``transB = 1`` gets a transposed
+    copy of the weight (the original stays for any other reader). The node keeps its name, so ``nodes`` still selects it. Returns how many
     were rewritten; another ``Gemm`` raises :class:`QuantizationError` naming it.
     """
     import numpy as np
