@@ -4,7 +4,7 @@
 Generates (or loads from the cache) the exact audio set `tools/build_engines.py` calibrates
 with: speech from the built pack's Piper voice and espeak-ng voices reading
 sentences_en.txt / sentences_pt.txt, mixed with generated noise, music-like sounds,
-plosive bursts and silence (edge_rt/build/calib_audio.py). No downloads; seeded; cached
+plosive bursts and silence (edge_rt/build/calibration/audio.py). No downloads; seeded; cached
 under ~/.cache/edge_rt/calibration keyed by a hash of the recipe, the corpus and the voices.
 `--wav DIR` writes a few samples of each kind for listening.
 """
@@ -17,9 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from edge_rt.build.calib_inputs import CalibrationData  # noqa: E402
+from edge_rt.build.calibration.inputs import CalibrationData  # noqa: E402
 from edge_rt.build.packs import cache_dir  # noqa: E402
-from edge_rt.build.stage_view import StageView  # noqa: E402
+from edge_rt.build.calibration.stage_view import StageView  # noqa: E402
 from edge_rt.errors import EdgeRtError  # noqa: E402
 from edge_rt.pack import BuiltPack  # noqa: E402
 

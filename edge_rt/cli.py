@@ -83,7 +83,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from edge_rt.loop.loop import Loop, LoopOptions
     from edge_rt.loop.stages import StageOptions, Stages
     from edge_rt.pack import BuiltPack
-    from edge_rt.trace import TraceWriter
+    from edge_rt.loop.trace import TraceWriter
 
     console = Console(stderr=True)
     stages = Stages.load(BuiltPack.load(args.pack), StageOptions(precision=args.precision, threads=args.threads))
@@ -93,9 +93,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     captions = Captions(Console())
     options = LoopOptions(target=args.to, source=args.source, endpoint=EndpointOptions(hangover_ms=args.hangover_ms))
     recording = None
-    if args.record:  # field test: session folder + flight recorder (edge_rt/session.py)
-        from edge_rt.flight import FlightOptions
-        from edge_rt.session import Recording, live_header
+    if args.record:  # field test: session folder + flight recorder (edge_rt/ops/session.py)
+        from edge_rt.ops.flight import FlightOptions
+        from edge_rt.ops.session import Recording, live_header
 
         recording = Recording(args.record, live_header(args.pack, args.precision, args.threads, options, source, sink,
                                                        args.latency_budget_ms), sink,
@@ -103,7 +103,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     observers = list(recording.observers) if recording else []
     metrics = None
     if args.metrics_port:
-        from edge_rt.metrics import Metrics
+        from edge_rt.ops.metrics import Metrics
 
         metrics = Metrics()
         metrics.serve(args.metrics_port, args.metrics_bind)
@@ -139,7 +139,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_soak(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from edge_rt.soak import SoakOptions, soak
+    from edge_rt.measure.soak import SoakOptions, soak
 
     console = Console(stderr=True)
     opts = SoakOptions(minutes=args.soak, pack=args.pack, precision=args.precision, threads=args.threads,
@@ -170,7 +170,7 @@ def _speculation(args: argparse.Namespace) -> dict:
 def _cmd_bench(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from edge_rt.bench import BenchOptions, bench
+    from edge_rt.measure.bench import BenchOptions, bench
 
     if args.soak is not None:
         return _cmd_soak(args)
@@ -192,18 +192,18 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                         speech_dir=Path(args.speech_dir) if args.speech_dir else None)
     result = bench(opts, log=log)
     if args.record_check:
-        from edge_rt.bench import record_check
+        from edge_rt.measure.bench import record_check
 
         record_check(result, [c["id"] for c in result["clips"]], args.record_check)
     ok = True
     if recorded is not None:
-        from edge_rt.bench import check_regression
+        from edge_rt.measure.bench import check_regression
 
         ok, msg = check_regression(result, recorded)
         result["check"] = {"ok": ok, "message": msg}
         console.print(msg, highlight=False)
     if args.plot:
-        from edge_rt.plots import bench_plot
+        from edge_rt.measure.plots import bench_plot
 
         bench_plot(result, args.plot)
     if args.json:
@@ -234,8 +234,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     from edge_rt.config import Config, ConfigError, load_config
     from edge_rt.loop.captions import Captions
-    from edge_rt.serve import Server
-    from edge_rt.service import Notifier
+    from edge_rt.ops.serve import Server
+    from edge_rt.ops.service import Notifier
 
     console = Console(stderr=True)
     try:
@@ -261,7 +261,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from edge_rt.config import DEFAULT_CONFIG_PATH, Config, ConfigError, load_config
-    from edge_rt.doctor import blocking, run_checks
+    from edge_rt.ops.doctor import blocking, run_checks
 
     path = args.config or (str(DEFAULT_CONFIG_PATH) if DEFAULT_CONFIG_PATH.is_file() else None)
     problem = None
@@ -289,8 +289,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from edge_rt.replay import ReplayOptions, compare, replay_session
-    from edge_rt.session import Session
+    from edge_rt.ops.replay import ReplayOptions, compare, replay_session
+    from edge_rt.ops.session import Session
 
     session = Session.load(args.dir)
     traces = replay_session(session, ReplayOptions(pack=args.pack, precision=args.precision, speed=args.speed))
@@ -313,7 +313,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from edge_rt.report import write_report
+    from edge_rt.ops.session_report import write_report
 
     out = write_report(args.dir, args.output)
     print(out)
@@ -356,7 +356,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from edge_rt.eval import EvalOptions, evaluate
+    from edge_rt.measure.eval import EvalOptions, evaluate
 
     precisions = tuple(args.precisions.split(","))
     for p in precisions:

@@ -111,14 +111,14 @@ class BuiltPack:
         """The TensorRT engine of one model, after checking it was built for this TensorRT and GPU.
 
         Args:
-            here: the current :class:`~edge_rt.compat.TrtEnvironment` (default: detected; a GPU is
+            here: the current :class:`~edge_rt.backends.compat.TrtEnvironment` (default: detected; a GPU is
                 looked for before TensorRT is imported).
 
         Raises:
             PackNotBuiltError: the pack has no TensorRT engines (the build skipped them; the manifest says why).
             EngineCompatibilityError: they were built for another TensorRT version or GPU (names the rebuild command).
         """
-        from edge_rt.compat import TrtEnvironment, check, current_environment
+        from edge_rt.backends.compat import TrtEnvironment, check, current_environment
 
         section = self.manifest.get("tensorrt", {})
         if section.get("status") != "built":

@@ -17,7 +17,7 @@ from edge_rt.audio.sources import FastFileSource
 from edge_rt.loop.endpoint import EndpointOptions
 from edge_rt.loop.loop import Loop, LoopOptions
 from edge_rt.loop.stages import Stages
-from edge_rt.trace import UtteranceTrace
+from edge_rt.loop.trace import UtteranceTrace
 from edge_rt.units import SAMPLE_RATE
 
 

@@ -13,7 +13,7 @@ import pytest
 import soundfile as sf
 
 from edge_rt.audio.files import resample
-from edge_rt.stages.asr import Asr
+from edge_rt.stages.asr.whisper import Asr
 
 
 def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -107,7 +107,7 @@ def test_french_to_english_speech(default_pack, speech_dir, tmp_path, back_asr):
 @pytest.mark.parametrize("precision", ["int8", "fp32"])
 def test_translate_a_real_clip_in_both_precisions(default_pack, speech_dir, tmp_path, precision):
     """INT8 is the default; --precision fp32 forces the FP32 twins. Both translate a real clip."""
-    from edge_rt.scoring import wer
+    from edge_rt.measure.scoring import wer
 
     out = tmp_path / f"jfk.{precision}.wav"
     args = ["translate", str(speech_dir / "en_librispeech_1089-134686-0000.wav"), "--to", "pt", "-o", str(out), "--json"]

@@ -28,9 +28,9 @@ from edge_rt.audio.sources import FastFileSource, PacedFileSource
 from edge_rt.loop.loop import Loop, LoopOptions
 from edge_rt.loop.observer import LoopObserver
 from edge_rt.loop.stages import Stages
-from edge_rt.session import Recording, Session, live_header
+from edge_rt.ops.session import Recording, Session, live_header
 from edge_rt.units import SAMPLE_RATE
-from edge_rt.wav_stream import read_wav
+from edge_rt.audio.wav_stream import read_wav
 from tests.jack import PERIOD, RATE, Harness, start_edge_rt
 
 CLIPS = ("en_librispeech_1089-134691-0000", "en_librispeech_1089-134686-0001", "en_librispeech_1089-134691-0001")
@@ -276,8 +276,8 @@ class FlakyDevices:
 def test_serve_reopens_a_lost_device_with_back_off_and_logs_the_gap(tiny_pack, speech_dir, monkeypatch):
     import edge_rt.audio.devices as devices
     from edge_rt.config import Config
-    from edge_rt.serve import Server
-    from edge_rt.service import Notifier
+    from edge_rt.ops.serve import Server
+    from edge_rt.ops.service import Notifier
 
     flaky = FlakyDevices(read_audio(speech_dir / "en_librispeech_1089-134691-0001.wav"))
     monkeypatch.setattr(devices, "DeviceSource", flaky.Source)
@@ -363,7 +363,7 @@ def tiny_disk(tmp_path):
 def test_a_full_disk_stops_the_recording_with_a_logged_error_and_translation_goes_on(
         stages, three_utterances, tiny_disk, tmp_path, monkeypatch, caplog):
     if tiny_disk is None:  # not root: the writer's file refuses writes after ~3 s of audio
-        import edge_rt.wav_stream as ws
+        import edge_rt.audio.wav_stream as ws
 
         real = ws.StreamingWav.append
 
@@ -377,7 +377,7 @@ def test_a_full_disk_stops_the_recording_with_a_logged_error_and_translation_goe
     sink = TimelineSink(22050, now_s=lambda: source.ring.read_index / SAMPLE_RATE)
     options = LoopOptions(target="pt", source="en", partials=False)
     rec = Recording(folder, live_header("tiny", "fp32", 2, options, source, sink, 1500.0), sink)
-    with caplog.at_level(logging.ERROR, logger="edge_rt.session"):
+    with caplog.at_level(logging.ERROR, logger="edge_rt.ops.session"):
         traces = Loop(stages, source, rec.sink, options, observers=rec.observers).run()
         rec.close(stopped_by="end")  # must not raise on the full disk
     assert sum(bool(t.translation) for t in traces) >= 3  # translation went on to the end

@@ -21,7 +21,7 @@ from edge_rt.errors import AudioInputError, PackNotBuiltError
 from edge_rt.loop.loop import Loop, LoopOptions
 from edge_rt.loop.stages import Stages
 from edge_rt.pack import BuiltPack
-from edge_rt.scoring import wer
+from edge_rt.measure.scoring import wer
 from edge_rt.stages.gain import GainOptions, utterance_gain
 from edge_rt.stages.vad import SileroVad
 from edge_rt.units import SAMPLE_RATE

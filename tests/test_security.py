@@ -79,7 +79,7 @@ def test_metrics_listen_on_loopback_unless_configured():
 
 
 def test_the_metrics_server_binds_only_the_loopback_address():
-    from edge_rt.metrics import Metrics
+    from edge_rt.ops.metrics import Metrics
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -1,7 +1,7 @@
 """TensorRT runner: one execution context per shape bucket, device buffers bound once,
 every step captured in a CUDA graph that the loop replays.
 
-Imported lazily and only after :func:`edge_rt.compat.current_environment` found a GPU
+Imported lazily and only after :func:`edge_rt.backends.compat.current_environment` found a GPU
 and TensorRT (the lean runtime segfaults in ``deserialize_cuda_engine`` without a
 driver, FACTS.md §3). CUDA calls go through ``cuda-python`` (``cuda.bindings.runtime``),
 which imports anywhere and reports a missing driver as an error code.
@@ -132,7 +132,7 @@ class TrtEngine:
     """A serialized TensorRT engine (``.plan``) with one optimisation profile per shape bucket."""
 
     def __init__(self, path: str | Path, profiles: list[dict[str, tuple[int, ...]]]):
-        from edge_rt.compat import current_environment
+        from edge_rt.backends.compat import current_environment
 
         path = Path(path)
         if not path.is_file():

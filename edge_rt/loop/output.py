@@ -14,7 +14,7 @@ import collections
 import numpy as np
 
 from edge_rt.audio.sinks import Sink
-from edge_rt.trace import UtteranceTrace
+from edge_rt.loop.trace import UtteranceTrace
 
 __all__ = ["SpeechQueue"]
 

@@ -22,9 +22,9 @@ class Stages:
 
     @classmethod
     def load(cls, pack: BuiltPack, options: StageOptions = StageOptions()) -> "Stages":
-        from edge_rt.stages.asr import Asr, AsrOptions
-        from edge_rt.stages.mt import MtOptions, Translator
-        from edge_rt.stages.tts import Tts, TtsOptions
+        from edge_rt.stages.asr.whisper import Asr, AsrOptions
+        from edge_rt.stages.mt.translator import MtOptions, Translator
+        from edge_rt.stages.tts.voice import Tts, TtsOptions
         from edge_rt.stages.vad import SileroVad, VadOptions
 
         return cls(

@@ -61,7 +61,7 @@ def test_ort_binding_reads_and_writes_in_place(default_pack):
                     reason="TensorRT is not installed (it comes with JetPack on a device); GPU runner not exercised")
 def test_tensorrt_runner_needs_a_gpu_before_deserializing(tmp_path):
     from edge_rt.backends.trt import TrtEngine
-    from edge_rt.compat import current_environment
+    from edge_rt.backends.compat import current_environment
 
     if current_environment() is not None:
         pytest.skip("a GPU is present: the CPU-only refusal is not what runs here")

@@ -9,7 +9,7 @@ import pytest
 
 from edge_rt.build.tensorrt import (TensorRtBuildError, TensorRtOptions, bucket_bindings, build_engines,
                                     engine_precision, onnx_inputs, profile_shapes)
-from edge_rt.compat import current_environment
+from edge_rt.backends.compat import current_environment
 from edge_rt.units import bucket_frames, bucket_positions
 
 

@@ -55,7 +55,7 @@ def test_live_run_translates_speech_into_the_headset(jack, default_pack, speech_
         assert 0 < t["turn_latency_ms"] < 10_000
     recorded = harness.audio()
     assert np.sqrt(np.mean(recorded**2)) > 0.005, "nothing was played"
-    from edge_rt.stages.asr import Asr
+    from edge_rt.stages.asr.whisper import Asr
 
     heard = Asr.from_pack(default_pack).transcribe(recorded, language="pt").text
     expected = _words(" ".join(t["translation"] for t in spoken))

@@ -10,7 +10,7 @@ from edge_rt.audio.sinks import TimelineSink
 from edge_rt.audio.sources import FastFileSource
 from edge_rt.loop.loop import Loop, LoopOptions
 from edge_rt.loop.stages import Stages
-from edge_rt.trace import EVENTS
+from edge_rt.loop.trace import EVENTS
 
 
 @pytest.fixture(scope="module")

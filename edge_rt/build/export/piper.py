@@ -1,0 +1,152 @@
+"""Piper voices and espeak-ng: copy them into the pack and record what the runtime needs.
+
+Piper's ONNX graph runs as shipped (opset 15, standard fp32 ops): no conversion.
+Its phoneme-id input has a dynamic length; the runtime pads ids to the lengths in
+``phoneme_buckets`` (VITS masks by ``input_lengths``, so padding changes
+nothing: see edge_rt/stages/tts/voice.py). The waveform length stays data dependent.
+
+espeak-ng (library + data) phonemizes for Piper and is the formant voice of
+every language without a Piper voice; the build lists those languages by
+asking the copied library itself, and keeps only the ones that phonemize.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Mapping
+
+import onnx
+
+from edge_rt.build.files import copy_file, copy_tree, sha256_file
+from edge_rt.errors import PackSpecError, UnsupportedLanguageError
+from edge_rt.stages.tts.espeak import Espeak
+from edge_rt.stages.tts.piper_ids import PiperVoiceConfig
+from edge_rt.stages.tts.voice import DEFAULT_PHONEME_BUCKETS
+
+ASSETS = "assets/tts"
+ESPEAK_DIR = f"{ASSETS}/espeak"
+PROBE = "1 2 3"  # every espeak-ng dictionary speaks digits; a missing dictionary gives no phonemes
+
+
+def _model_rel(lang: str) -> str:
+    return f"fp32/piper_{lang}.onnx"
+
+
+def _describe_model(path: Path) -> dict:
+    """Opset and dynamic dims of a Piper graph; fails loudly on a truncated or foreign file."""
+    onnx.checker.check_model(str(path))
+    model = onnx.load(str(path), load_external_data=False)
+    names = {i.name for i in model.graph.input}
+    missing = {"input", "input_lengths", "scales"} - names
+    if missing or "output" not in {o.name for o in model.graph.output}:
+        raise PackSpecError(f"{path} is not a Piper voice graph: it lacks inputs {sorted(missing)} or output 'output'")
+
+    def dims(values) -> dict[str, list]:
+        return {
+            v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in values
+        }
+
+    return {
+        "opset": max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
+        "inputs": dims(model.graph.input),  # a string is a dynamic dim
+        "outputs": dims(model.graph.output),
+    }
+
+
+def _check_loads(path: Path) -> None:
+    from edge_rt.backends.ort import OrtEngine, SessionOptions
+
+    OrtEngine(path, SessionOptions(intra_op_threads=1))  # raises PackNotBuiltError naming the file
+
+
+def formant_voices(espeak: Espeak, exclude: set[str]) -> dict[str, str]:
+    """language code -> espeak-ng voice that speaks it best (lowest priority), for voices that phonemize."""
+    best: dict[str, tuple[int, str]] = {}
+    for v in espeak.voices():
+        for code, priority in v.languages:
+            code = code.lower()
+            if code not in best or priority < best[code][0]:
+                best[code] = (priority, v.file_name)
+    out = {}
+    for code, (_, voice) in sorted(best.items()):
+        if code in exclude:
+            continue
+        if espeak.phonemize(PROBE, voice):
+            out[code] = voice
+    return out
+
+
+def export(files: Mapping[str, Path], spec: dict, out_dir: Path) -> dict:
+    """Copy the Piper voices and espeak-ng into ``out_dir``; returns the manifest's ``tts`` entry.
+
+    Args:
+        files: ``<lang>_model`` and ``<lang>_config`` per voice, ``espeak_lib``, ``espeak_data`` (a directory).
+        spec: the pack's ``[stages.tts]`` table; ``spec["voices"]`` maps language -> Piper voice name.
+        out_dir: ``engines/<pack>``; every path in the entry is relative to it.
+    """
+    out_dir = Path(out_dir)
+    voices_spec = dict(spec.get("voices", {}))
+    for key in ("espeak_lib", "espeak_data"):
+        if key not in files:
+            raise PackSpecError(f"[stages.tts] needs files.{key}; it has {', '.join(files)}")
+
+    lib_rel = f"{ESPEAK_DIR}/{Path(files['espeak_lib']).name}"
+    data_rel = f"{ESPEAK_DIR}/espeak-ng-data"
+    copy_file(files["espeak_lib"], out_dir / lib_rel)
+    copy_tree(files["espeak_data"], out_dir / data_rel)
+    assets = {"espeak_lib": lib_rel, "espeak_data": data_rel}
+    espeak = Espeak(out_dir / lib_rel, out_dir / data_rel)
+
+    voices, models, sample_rates = {}, {}, {}
+    for lang, name in voices_spec.items():
+        for key in (f"{lang}_model", f"{lang}_config"):
+            if key not in files:
+                raise PackSpecError(f"[stages.tts] voice {lang} ({name}) needs files.{key}")
+        config_src = Path(files[f"{lang}_config"])
+        try:
+            config = PiperVoiceConfig.from_dict(json.loads(config_src.read_text(encoding="utf-8")))
+        except (OSError, ValueError) as e:
+            raise PackSpecError(f"[stages.tts] files.{lang}_config ({config_src}) is unusable: {e}") from e
+        if not espeak.phonemize(PROBE, config.espeak_voice):
+            raise PackSpecError(
+                f"Piper voice {name} phonemizes with espeak-ng voice {config.espeak_voice!r}, which the "
+                f"packed espeak-ng data cannot speak"
+            )
+        model_rel = _model_rel(lang)
+        config_rel = f"{ASSETS}/{config_src.name}"
+        copy_file(files[f"{lang}_model"], out_dir / model_rel)
+        copy_file(config_src, out_dir / config_rel)
+        _check_loads(out_dir / model_rel)
+        voices[lang] = {
+            "name": name,
+            "espeak_voice": config.espeak_voice,
+            "sample_rate": config.sample_rate,
+            "sha256": sha256_file(out_dir / model_rel),
+            **_describe_model(out_dir / model_rel),
+        }
+        models[lang] = {"fp32": model_rel}
+        assets[f"{lang}_config"] = config_rel
+        sample_rates[lang] = config.sample_rate
+
+    formant = formant_voices(espeak, exclude=set(voices))
+    # The pack may pick the dialect, e.g. pt -> pt-BR to match the Brazilian Portuguese the MT model writes.
+    for code, voice in dict(spec.get("formant_voices", {})).items():
+        try:
+            works = bool(espeak.phonemize(PROBE, voice))
+        except UnsupportedLanguageError as e:
+            raise PackSpecError(f"[stages.tts] formant_voices.{code} = {voice!r}: {e}") from e
+        if not works:
+            raise PackSpecError(f"[stages.tts] formant_voices.{code} = {voice!r} is not an espeak-ng voice that works")
+        formant[code] = voice
+    sample_rates["espeak"] = espeak.sample_rate
+    return {
+        "kind": "piper",
+        "voices": voices,
+        "models": models,
+        "assets": assets,
+        "phoneme_buckets": list(DEFAULT_PHONEME_BUCKETS),
+        "formant_voices": formant,
+        "formant_languages": sorted(formant),
+        "sample_rates": sample_rates,
+    }

@@ -1,0 +1,251 @@
+"""Greedy Whisper decoding of one encoder window, from small strategy objects.
+
+Modelled on OpenAI Whisper's ``decoding.py``: :class:`WhisperInference` runs the
+graphs, :class:`LogitFilter` objects mask tokens, :class:`GreedyDecoder` picks one,
+and :class:`DecodingTask` runs the few-line loop that ties them together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Protocol, Sequence
+
+import numpy as np
+
+from edge_rt.backends.base import Engine
+from edge_rt.units import MAX_TEXT_CTX
+
+
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x - x.max(axis=-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+class WhisperInference:
+    """The exported encoder and one-step decoder over buffers bound once per window bucket.
+
+    Graph I/O is documented in :mod:`edge_rt.build.export.whisper_graphs`. For each
+    encoder window (bucket) the mel input, the cross-attention K/V, the
+    448-position self-attention cache, the logits and the new K/V are host
+    buffers allocated the first time the bucket is used and bound to both
+    engines (IOBinding), so :meth:`encode` and :meth:`step` allocate nothing:
+    a step writes its new key/value into the cache in place.
+
+    Args:
+        encoder, decoder: engines of ``whisper_encoder.onnx`` / ``whisper_decoder.onnx``.
+        dims: the manifest's ``dims`` (``n_text_layer``, ``n_text_head``, ``n_text_state``, ``n_mels``, ``n_vocab``).
+    """
+
+    def __init__(self, encoder: Engine, decoder: Engine, dims: Mapping[str, int]):
+        self.encoder, self.decoder = encoder, decoder
+        n_layer, heads = int(dims["n_text_layer"]), int(dims["n_text_head"])
+        self.d_head = int(dims["n_text_state"]) // heads
+        self.heads = heads
+        self.n_layer = n_layer
+        self.n_mels = int(dims["n_mels"])
+        self.self_k = np.zeros((n_layer, 1, heads, self.d_head, MAX_TEXT_CTX), np.float32)  # keys transposed
+        self.self_v = np.zeros((n_layer, 1, heads, MAX_TEXT_CTX, self.d_head), np.float32)
+        self._token = np.zeros((1, 1), np.int64)
+        self._offset = np.zeros((1,), np.int64)
+        self._logits = np.zeros((1, int(dims["n_vocab"])), np.float32)
+        self._new_k = np.zeros((n_layer, 1, heads, self.d_head), np.float32)
+        self._new_v = np.zeros((n_layer, 1, heads, self.d_head), np.float32)
+        self._buckets: dict[int, tuple[np.ndarray, object, object]] = {}  # frames -> (mel, encoder, decoder)
+        self._decode = None
+
+    def mel_buffer(self, frames: int) -> np.ndarray:
+        """The bound float32 [1, n_mels, frames] input of a bucket: write the window into it."""
+        return self._bucket(frames)[0]
+
+    def _bucket(self, frames: int):
+        if frames not in self._buckets:
+            positions = frames // 2  # conv2 has stride 2
+            L, H, dh = self.n_layer, self.heads, self.d_head
+            mel = np.zeros((1, self.n_mels, frames), np.float32)
+            cross_k = np.zeros((L, 1, H, dh, positions), np.float32)
+            cross_v = np.zeros((L, 1, H, positions, dh), np.float32)
+            enc = self.encoder.bind({"mel": mel}, {"cross_k": cross_k, "cross_v": cross_v})
+            feeds = {"tokens": self._token, "offset": self._offset}
+            for i in range(L):  # per-layer views are contiguous: bound in place
+                feeds[f"self_k_{i}"] = self.self_k[i]
+                feeds[f"self_v_{i}"] = self.self_v[i]
+                feeds[f"cross_k_{i}"] = cross_k[i]
+                feeds[f"cross_v_{i}"] = cross_v[i]
+            dec = self.decoder.bind(feeds, {"logits": self._logits, "new_k": self._new_k, "new_v": self._new_v})
+            self._buckets[frames] = (mel, enc, dec)
+        return self._buckets[frames]
+
+    def encode(self, mel: np.ndarray) -> None:
+        """Run the encoder on float32 [1, 80, frames]; the decoder then attends to it.
+
+        Pass :meth:`mel_buffer` (filled in place) to avoid a copy. The
+        self-attention cache is not cleared: slots at and after the current
+        offset are masked by the decoder graph, so stale values are never read.
+        """
+        buf, enc, dec = self._bucket(mel.shape[-1])
+        if mel is not buf:
+            buf[...] = mel
+        enc.run()
+        self._decode = dec
+
+    def step(self, token: int, offset: int) -> np.ndarray:
+        """Feed ``token`` at position ``offset`` (0-based); returns float32 logits [n_vocab] (a view, reused)."""
+        self._token[0, 0] = token
+        self._offset[0] = offset
+        self._decode.run()
+        self.self_k[..., offset] = self._new_k
+        self.self_v[..., offset, :] = self._new_v
+        return self._logits[0]
+
+
+class LogitFilter(Protocol):
+    def apply(self, logits: np.ndarray, n_sampled: int) -> None:
+        """Mask tokens of float32 [n_vocab] ``logits`` in place; ``n_sampled`` tokens came before."""
+        ...
+
+
+@dataclass(frozen=True)
+class SuppressTokens:
+    """Never sample these ids (non-speech symbols and control tokens)."""
+
+    ids: np.ndarray  # int64 [k]
+
+    def apply(self, logits: np.ndarray, n_sampled: int) -> None:
+        logits[self.ids] = -np.inf
+
+
+@dataclass(frozen=True)
+class SuppressBlank:
+    """Do not start the text with a blank or end it before it begins."""
+
+    ids: np.ndarray  # int64: the space token and <|endoftext|>
+
+    def apply(self, logits: np.ndarray, n_sampled: int) -> None:
+        if n_sampled == 0:
+            logits[self.ids] = -np.inf
+
+
+class GreedyDecoder:
+    """Argmax; accumulates the log-probability of every pick, ``<|endoftext|>`` included."""
+
+    def __init__(self, eot: int):
+        self.eot = eot
+        self.sum_logprob = 0.0
+
+    def pick(self, logits: np.ndarray) -> int:
+        token = int(logits.argmax())
+        self.sum_logprob += float(log_softmax(logits)[token])
+        return token
+
+
+def repeated_tail(tokens: Sequence[int], long_block: int = 8, short_repeats: int = 3) -> int:
+    """Length of a looping tail to cut, or 0.
+
+    Greedy Whisper without temperature fallback can loop ("A. B. B. B. ...").
+    A tail that repeats the block just before it is a loop when the block is at
+    least ``long_block`` tokens (a verbatim 8-token repeat does not occur in
+    speech), or when a shorter block repeats ``short_repeats`` times in a row.
+    Returns how many tokens to drop so that one copy of the block stays.
+    """
+    n = len(tokens)
+    for size in range(1, n // 2 + 1):
+        if tokens[n - size :] != tokens[n - 2 * size : n - size]:
+            continue
+        if size >= long_block:
+            return size
+        if n >= short_repeats * size and all(
+            tokens[n - (k + 1) * size : n - k * size] == tokens[n - size :] for k in range(1, short_repeats)
+        ):
+            return (short_repeats - 1) * size
+    return 0
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    """Decoding of one encoder window."""
+
+    tokens: tuple[int, ...]  # text tokens, without the prompt or <|endoftext|>
+    sum_logprob: float  # natural log, over tokens and the final <|endoftext|>
+    no_speech_prob: float  # P(<|nospeech|>) at the <|startoftranscript|> step
+    language: str
+    language_prob: float
+
+    @property
+    def avg_logprob(self) -> float:
+        return self.sum_logprob / (len(self.tokens) + 1)
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """The control-token ids decoding needs."""
+
+    eot: int
+    no_speech: int
+    language_ids: Sequence[int]  # empty for English-only models
+    languages: Sequence[str]  # codes, in the order of ``language_ids``; ("en",) for English-only
+
+
+class PromptFn(Protocol):
+    def __call__(self, language: str) -> list[int]:
+        """Start sequence for ``language``, ``<|startoftranscript|>`` first."""
+        ...
+
+
+def detect_language(sot_logits: np.ndarray, vocab: Vocabulary) -> tuple[str, float]:
+    """Most likely language from the ``<|startoftranscript|>`` logits (softmax over language tokens only)."""
+    probs = softmax(sot_logits[np.asarray(vocab.language_ids)])
+    best = int(probs.argmax())
+    return vocab.languages[best], float(probs[best])
+
+
+@dataclass(frozen=True)
+class DecodingTask:
+    """Greedy decoding of one encoder window: prompt, guards, argmax until ``<|endoftext|>``."""
+
+    inference: WhisperInference
+    vocab: Vocabulary
+    filters: Sequence[LogitFilter]
+    max_new_tokens: int
+
+    def _prompt(self, prompt_for: PromptFn, language: str | None) -> tuple[np.ndarray, float, str, float]:
+        """Feed the start sequence; returns (last logits, P(no speech), language, its probability).
+
+        The ``<|startoftranscript|>`` step gives the no-speech probability and, when
+        ``language`` is None on a multilingual model, the language.
+        """
+        vocab, step = self.vocab, self.inference.step
+        sot_logits = step(prompt_for(language or vocab.languages[0])[0], 0)
+        no_speech = float(softmax(sot_logits)[vocab.no_speech])
+        language_prob = 1.0
+        if language is None and vocab.language_ids:
+            language, language_prob = detect_language(sot_logits, vocab)
+        language = language or vocab.languages[0]
+        logits = sot_logits
+        for offset, token in enumerate(prompt_for(language)[1:], start=1):
+            logits = step(token, offset)
+        return logits, no_speech, language, language_prob
+
+    def run(self, prompt_for: PromptFn, language: str | None) -> WindowResult:
+        """Decode the window last passed to ``inference.encode``."""
+        logits, no_speech, language, language_prob = self._prompt(prompt_for, language)
+        start = len(prompt_for(language))
+        decoder, tokens = GreedyDecoder(self.vocab.eot), []
+        for n in range(self.max_new_tokens):
+            if n:
+                logits = self.inference.step(tokens[-1], start + n - 1)
+            for f in self.filters:
+                f.apply(logits, n)
+            token = decoder.pick(logits)
+            if token == self.vocab.eot:
+                break
+            tokens.append(token)
+            cut = repeated_tail(tokens)
+            if cut:  # a repetition loop: keep one copy and stop
+                del tokens[-cut:]
+                break
+        return WindowResult(tuple(tokens), decoder.sum_logprob, no_speech, language, language_prob)

@@ -1,0 +1,276 @@
+"""Speech -> text with Whisper: static-window encoder + one-step greedy decoder.
+
+The pack holds the graphs written by :mod:`edge_rt.build.export.whisper`. Audio is
+cut into consecutive windows of the largest bucket (30 s), each window is encoded
+in the smallest bucket that holds it, and decoded greedily with Whisper's guards
+(``<|notimestamps|>``, blank and non-speech suppression, the no-speech rule).
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import dataclass, field
+from typing import Callable, TYPE_CHECKING
+
+import numpy as np
+
+from edge_rt.errors import AudioInputError, PackNotBuiltError, UnsupportedLanguageError
+from edge_rt.stages.asr import mel as melmod
+from edge_rt.stages.asr.decoding import (
+    DecodingTask,
+    SuppressBlank,
+    SuppressTokens,
+    Vocabulary,
+    WhisperInference,
+    WindowResult,
+)
+from edge_rt.stages.asr.tokenizer import TASKS, WhisperTokenizer
+from edge_rt.units import HOP_LENGTH, MAX_TEXT_CTX, SAMPLE_RATE, bucket_frames
+
+if TYPE_CHECKING:
+    from edge_rt.pack import BuiltPack
+
+__all__ = ["Asr", "AsrOptions", "AsrResult"]
+
+PROMPT_MAX = 4  # <|startoftranscript|> <|lang|> <|task|> <|notimestamps|>
+DEFAULT_MAX_NEW_TOKENS = MAX_TEXT_CTX // 2  # 224, as OpenAI Whisper and CTranslate2 cap one window
+
+
+@dataclass(frozen=True)
+class AsrOptions:
+    """How :class:`Asr` loads and decodes; validated on creation."""
+
+    precision: str = "fp32"  # "fp32" | "int8" (falls back to fp32 when the pack has no int8 graph)
+    threads: int = 2  # ONNX Runtime intra-op threads per graph
+    bucket_s: int | None = None  # force every window to this bucket (s); None = smallest that fits
+    no_speech_threshold: float | None = 0.6  # silent if P(no speech) is above this ...
+    logprob_threshold: float | None = -1.0  # ... and the average log-probability is below this
+    compression_ratio_threshold: float | None = 2.4  # gzip ratio above which a window is a repetition loop
+    # Windows whose peak |sample| is below this (-78 dBFS, digital silence) are not decoded:
+    # Whisper hallucinates " you" on zeros with no_speech_prob ~0.9 but avg_logprob > -1.
+    silence_peak: float | None = 2.0**-13
+    suppress_blank: bool = True  # no space / <|endoftext|> as the first token
+    suppress_tokens: tuple[int, ...] = (-1,)  # ids never sampled; -1 = Whisper's non-speech symbols
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS  # text tokens per window
+
+    def __post_init__(self):
+        if self.precision not in ("fp32", "int8"):
+            raise ValueError(f"AsrOptions.precision must be 'fp32' or 'int8', not {self.precision!r}")
+        if self.threads < 1:
+            raise ValueError(f"AsrOptions.threads must be >= 1, not {self.threads}")
+        if not 1 <= self.max_new_tokens <= MAX_TEXT_CTX - PROMPT_MAX:
+            raise ValueError(
+                f"AsrOptions.max_new_tokens must be in 1..{MAX_TEXT_CTX - PROMPT_MAX} (the decoder cache holds "
+                f"{MAX_TEXT_CTX} positions, {PROMPT_MAX} of them for the prompt), not {self.max_new_tokens}"
+            )
+        if self.silence_peak is not None and not 0 <= self.silence_peak < 1:
+            raise ValueError(f"AsrOptions.silence_peak is an amplitude in [0, 1) or None, not {self.silence_peak}")
+        if any(t < -1 for t in self.suppress_tokens):
+            raise ValueError(f"AsrOptions.suppress_tokens holds token ids or -1, not {self.suppress_tokens}")
+
+
+@dataclass(frozen=True)
+class AsrResult:
+    """What :meth:`Asr.transcribe` heard. Over several 30-s windows the numbers combine:
+    ``avg_logprob`` is token-weighted, ``no_speech_prob`` the smallest of any window."""
+
+    text: str  # stripped; "" when every window was judged silent
+    language: str  # code, e.g. "en"
+    language_prob: float  # detection probability; 1.0 when the language was given
+    no_speech_prob: float
+    avg_logprob: float  # natural log per token, <|endoftext|> included
+    compression_ratio: float  # gzip ratio of ``text``; above ~2.4 means a repetition loop
+    tokens: tuple[int, ...] = field(repr=False)  # text token ids of every kept window
+    bucket_s: int  # encoder window of the (last) window, seconds
+    windows: int = 1  # 30-s windows decoded
+
+
+def compression_ratio(text: str) -> float:
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data)) if data else 0.0
+
+
+class Asr:
+    """Whisper speech recognition (and X->English speech translation) on a built pack.
+
+    Create with :meth:`from_pack`; the engines and the KV cache are allocated once.
+    """
+
+    def __init__(self, inference: WhisperInference, tokenizer: WhisperTokenizer, buckets_s, options: AsrOptions):
+        self.options = options
+        self.tokenizer = tokenizer
+        self._inference = inference
+        self.buckets_s: tuple[int, ...] = tuple(sorted(int(b) for b in buckets_s))
+        if options.bucket_s is not None and options.bucket_s not in self.buckets_s:
+            raise ValueError(f"AsrOptions.bucket_s={options.bucket_s} is not a bucket of this pack: {self.buckets_s}")
+        s = tokenizer.special
+        vocab = Vocabulary(s.eot, s.no_speech, tokenizer.language_ids, tokenizer.languages)
+        filters = [SuppressTokens(np.asarray(tokenizer.suppress_tokens(options.suppress_tokens), np.int64))]
+        if options.suppress_blank:
+            filters.insert(0, SuppressBlank(np.asarray(tokenizer.blank_tokens(), np.int64)))
+        self._task = DecodingTask(inference, vocab, tuple(filters), options.max_new_tokens)
+        stride_s = options.bucket_s or self.buckets_s[-1]
+        self._stride = bucket_frames(stride_s)  # frames per consecutive window
+
+    @classmethod
+    def from_pack(cls, pack: "BuiltPack", options: AsrOptions = AsrOptions()) -> "Asr":
+        """Load the pack's ``asr`` stage (ONNX Runtime on CPU)."""
+        from edge_rt.backends.ort import OrtEngine, SessionOptions
+
+        entry = pack.stage("asr")
+        if entry.get("kind") != "whisper":
+            raise PackNotBuiltError(f"pack '{pack.name}' has an asr stage of kind {entry.get('kind')!r}, not 'whisper'")
+        so = SessionOptions(intra_op_threads=options.threads)
+        encoder = OrtEngine(pack.model("asr", "encoder", options.precision), so)
+        decoder = OrtEngine(pack.model("asr", "decoder", options.precision), so)
+        config = json.loads(pack.asset("asr", "config").read_text())
+        multilingual = bool(entry["multilingual"])
+        tokenizer = WhisperTokenizer(pack.asset("asr", "tokenizer"), config.get("lang_ids", []), multilingual)
+        inference = WhisperInference(encoder, decoder, entry["dims"])
+        return cls(inference, tokenizer, entry["buckets_s"], options)
+
+    def with_options(self, options: AsrOptions) -> "Asr":
+        """Another :class:`Asr` on the same engines and cache (not for concurrent use with this one).
+
+        ``precision`` and ``threads`` are fixed when the engines load; change them with :meth:`from_pack`.
+        """
+        if (options.precision, options.threads) != (self.options.precision, self.options.threads):
+            raise ValueError("with_options cannot change precision or threads; load a new Asr with from_pack")
+        return Asr(self._inference, self.tokenizer, self.buckets_s, options)
+
+    @property
+    def languages(self) -> tuple[str, ...]:
+        """Language codes accepted by :meth:`transcribe` (``("en",)`` for English-only models)."""
+        return self.tokenizer.languages
+
+    @property
+    def multilingual(self) -> bool:
+        return self.tokenizer.multilingual
+
+    def _check_request(self, language: str | None, task) -> None:
+        if callable(task):
+            task = "translate" if self.multilingual else "transcribe"  # the strictest a chooser can ask
+        if task not in TASKS:
+            raise ValueError(f"task must be one of {TASKS}, not {task!r}")
+        if language is not None and language not in self.languages:
+            raise UnsupportedLanguageError(
+                f"language {language!r} is not supported by this Whisper model; valid codes: "
+                f"{', '.join(self.languages)}"
+                + ("" if self.multilingual else " (English-only model: use a multilingual pack)")
+            )
+        if task == "translate" and not self.multilingual:
+            raise UnsupportedLanguageError(
+                "task='translate' needs a multilingual Whisper model; this pack's model is English-only "
+                "(valid: task='transcribe', language 'en'); use the default pack"
+            )
+
+    def _bucket_for(self, frames: int) -> int:
+        if self.options.bucket_s is not None:
+            return self.options.bucket_s
+        return next((b for b in self.buckets_s if bucket_frames(b) >= frames), self.buckets_s[-1])
+
+    def transcribe(self, audio: np.ndarray, *, language: str | None = None,
+                   task: str | Callable[[str], str] = "transcribe") -> AsrResult:
+        """Recognise one utterance.
+
+        Args:
+            audio: float32 [n] mono at 16 kHz. Longer than one window (30 s): decoded in
+                consecutive windows and the texts joined.
+            language: spoken language code (see :attr:`languages`); None = detect from the
+                first window (multilingual models) or "en".
+            task: "transcribe", or "translate" for Whisper's X->English translation, or a
+                function of the (detected) language that returns one of the two: one decode
+                then detects the language and does the right task (the loop's single pass).
+
+        Returns:
+            The joined text of every window not judged silent, with decoding statistics.
+
+        Raises:
+            UnsupportedLanguageError: unknown language, or translate on an English-only model.
+            AudioInputError: audio is not a finite 1-D float array.
+        """
+        self._check_request(language, task)
+        audio = _check_audio(audio)
+        mel = melmod.log_mel(audio)
+        total = melmod.content_frames(mel)
+        windows = []
+        for start in range(0, max(total, 1), self._stride):
+            frames = min(self._stride, total - start)
+            bucket = self._bucket_for(frames)
+            if self._digital_silence(audio[start * HOP_LENGTH : (start + frames) * HOP_LENGTH]):
+                lang = language or self.languages[0]
+                windows.append(_Window(WindowResult((), 0.0, 1.0, lang, 0.0), bucket, "", silent=True, gated=True))
+                continue
+            frames_b = bucket_frames(bucket)
+            self._inference.encode(melmod.window(mel, start, frames_b, out=self._inference.mel_buffer(frames_b)))
+            r = self._task.run(lambda lang: self.tokenizer.prompt(lang, _resolve(task, lang, self.multilingual)),
+                               language)
+            language = language or r.language  # later windows keep the first window's language
+            text = self.tokenizer.decode(r.tokens).strip()
+            windows.append(_Window(r, bucket, text, silent=self._is_silent(r, text)))
+        return self._combine(windows)
+
+    def _digital_silence(self, samples: np.ndarray) -> bool:
+        peak = self.options.silence_peak
+        return peak is not None and float(np.abs(samples).max(initial=0.0)) < peak
+
+    def _is_silent(self, r: WindowResult, text: str) -> bool:
+        """faster-whisper's rule (no speech AND low confidence), plus: no speech AND a repetition loop.
+
+        faster-whisper would retry a looping window with sampling and then usually judge it
+        silent; greedy-only decoding drops it directly.
+        """
+        o = self.options
+        if o.no_speech_threshold is None or r.no_speech_prob <= o.no_speech_threshold:
+            return False
+        unsure = o.logprob_threshold is None or r.avg_logprob <= o.logprob_threshold
+        looping = o.compression_ratio_threshold is not None and compression_ratio(text) > o.compression_ratio_threshold
+        return unsure or looping
+
+    def _combine(self, windows: list["_Window"]) -> AsrResult:
+        kept = [w for w in windows if not w.silent]
+        text = " ".join(w.text for w in kept if w.text)
+        results = [w.result for w in windows]
+        first = next((w.result for w in windows if not w.gated), results[0])  # the window that set the language
+        return AsrResult(
+            text=text,
+            language=first.language,
+            language_prob=first.language_prob,
+            no_speech_prob=min(r.no_speech_prob for r in results),
+            avg_logprob=sum(r.sum_logprob for r in results) / sum(len(r.tokens) + 1 for r in results),
+            compression_ratio=compression_ratio(text),
+            tokens=tuple(t for w in kept for t in w.result.tokens),
+            bucket_s=windows[-1].bucket_s,
+            windows=len(windows),
+        )
+
+
+@dataclass(frozen=True)
+class _Window:
+    result: WindowResult
+    bucket_s: int
+    text: str
+    silent: bool
+    gated: bool = False  # skipped as digital silence, never decoded
+
+
+def _resolve(task, language: str, multilingual: bool) -> str:
+    """The task for ``language`` (a fixed task, or the caller's chooser)."""
+    chosen = task(language) if callable(task) else task
+    if chosen not in TASKS or (chosen == "translate" and not multilingual):
+        raise ValueError(f"the task chooser returned {chosen!r} for {language!r}; valid: {TASKS}"
+                         + ("" if multilingual else " (translate needs a multilingual model)"))
+    return chosen
+
+
+def _check_audio(audio: np.ndarray) -> np.ndarray:
+    audio = np.asarray(audio)
+    if audio.ndim != 1 or audio.dtype.kind != "f":
+        raise AudioInputError(
+            f"Asr.transcribe needs float32 mono audio of shape [n] at {SAMPLE_RATE} Hz; got {audio.dtype} "
+            f"{audio.shape} (downmix to mono and convert int16 with x / 32768)"
+        )
+    if not np.isfinite(audio).all():
+        raise AudioInputError("audio holds NaN or infinite samples; check the capture or decoding step")
+    return audio.astype(np.float32, copy=False)

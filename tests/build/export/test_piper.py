@@ -1,0 +1,81 @@
+"""export_piper: the pack's Piper voice and espeak-ng, copied and described."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from edge_rt.build.export.piper import export
+from edge_rt.build.files import sha256_file
+from edge_rt.build.packs import PackSpec, acquire
+from edge_rt.errors import PackSpecError
+from edge_rt.pack import BuiltPack
+from edge_rt.stages.tts.voice import Tts
+
+
+@pytest.fixture(scope="module")
+def raw():
+    spec = PackSpec.load("default")
+    return acquire(spec).stage_files("tts"), dict(spec.stages["tts"])
+
+
+@pytest.fixture(scope="module")
+def built(raw, tmp_path_factory):
+    files, spec = raw
+    out = tmp_path_factory.mktemp("pack") / "default"
+    entry = export(files, spec, out)
+    (out / "manifest.json").write_text(json.dumps({"pack": "default", "stages": {"tts": entry}}))
+    return out, entry
+
+
+def test_entry(raw, built):
+    files, _ = raw
+    out, entry = built
+    assert entry["kind"] == "piper"
+    assert entry["models"] == {"en": {"fp32": "fp32/piper_en.onnx"}}
+    voice = entry["voices"]["en"]
+    assert voice["name"] == "en_US-joe-medium" and voice["espeak_voice"] == "en-us"
+    assert voice["opset"] == 15
+    assert voice["inputs"]["input"] == ["batch_size", "phonemes"]  # dynamic: the runtime pads to buckets
+    assert voice["inputs"]["scales"] == [3]
+    assert voice["sha256"] == sha256_file(files["en_model"])  # copied as shipped
+    assert entry["sample_rates"] == {"en": 22050, "espeak": 22050}
+    assert entry["phoneme_buckets"] == [32, 64, 128, 256, 512]
+    for rel in [*entry["assets"].values(), "fp32/piper_en.onnx"]:
+        assert (out / rel).exists(), rel
+    assert (out / entry["assets"]["espeak_data"] / "pt_dict").is_file()
+
+
+def test_formant_languages(built):
+    _, entry = built
+    voices = entry["formant_voices"]
+    # The pack picks Brazilian Portuguese (formant_voices.pt = "pt-BR"), matching the MT model's dialect.
+    assert voices["pt"] == "pt-BR" and voices["pt-pt"] == "pt" and voices["de"] == "de" and voices["zh"] == "cmn"
+    assert "en" not in voices  # Piper speaks English
+    assert entry["formant_languages"] == sorted(voices)
+
+
+def test_a_formant_voice_that_does_not_work_is_named(raw, tmp_path):
+    files, spec = raw
+    with pytest.raises(PackSpecError, match="formant_voices.pt"):
+        export(files, {**spec, "formant_voices": {"pt": "no-such-voice"}}, tmp_path / "p")
+
+
+def test_built_pack_loads(built):
+    out, _ = built
+    tts = Tts.from_pack(BuiltPack.load(out))
+    assert tts.synthesize("It works.", "en").duration_s > 0.3
+
+
+def test_missing_espeak_is_named(raw, tmp_path):
+    files, spec = raw
+    without = {k: v for k, v in files.items() if k != "espeak_data"}
+    with pytest.raises(PackSpecError, match="espeak_data"):
+        export(without, spec, tmp_path / "x")
+
+
+def test_default_pack_has_the_entry(default_pack):
+    entry = default_pack.stage("tts")
+    assert entry["kind"] == "piper" and "en" in entry["voices"]
+    assert default_pack.model("tts", "en").name == "piper_en.onnx"

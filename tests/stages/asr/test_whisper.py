@@ -1,0 +1,263 @@
+"""Whisper ASR stage on the built packs: reference equality with faster-whisper, WER, guards."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from edge_rt.errors import UnsupportedLanguageError
+from edge_rt.measure.scoring import normalize, wer
+from edge_rt.stages.asr.whisper import Asr, AsrOptions
+from edge_rt.units import SAMPLE_RATE, bucket_frames
+from tests.whisper_reference import ct2_model_dir, raw_asr_files
+
+WER_BAR = 0.07  # the issue's bar for the default pack on the 12 English clips
+# Clips compared token for token with faster-whisper: 6 English of every source, a
+# 43-s German clip (two 30-s windows) and a French one.
+EQUIVALENCE_IDS = (
+    "en_jfk",
+    "en_librispeech_1089-134686-0000",
+    "en_librispeech_1995-1837-0001",
+    "en_fleurs_1846",
+    "en_fleurs_1728",
+    "en_fleurs_luna",
+    "de_fleurs_test_009",
+    "fr_fleurs_test_005",
+)
+
+
+def _load(speech_dir, entry) -> np.ndarray:
+    audio, sr = sf.read(speech_dir / entry["audio"], dtype="float32")
+    assert sr == SAMPLE_RATE and audio.ndim == 1
+    return audio
+
+
+@pytest.fixture(scope="module")
+def clips(speech_dir, speech_manifest) -> dict[str, tuple[dict, np.ndarray]]:
+    return {m["id"]: (m, _load(speech_dir, m)) for m in speech_manifest}
+
+
+@pytest.fixture(scope="module")
+def asr(default_pack) -> Asr:
+    return Asr.from_pack(default_pack)
+
+
+@pytest.fixture(scope="module")
+def tiny_asr(tiny_pack) -> Asr:
+    return Asr.from_pack(tiny_pack)
+
+
+@pytest.fixture(scope="module")
+def results_30s(asr, clips, english_clips):
+    """Our transcripts with every window forced to 30 s (faster-whisper's input), language given."""
+    asr30 = asr.with_options(AsrOptions(bucket_s=30))
+    ids = {m["id"] for m in english_clips} | set(EQUIVALENCE_IDS)
+    return {i: asr30.transcribe(clips[i][1], language=clips[i][0]["lang"]) for i in sorted(ids)}
+
+
+@pytest.fixture(scope="module")
+def reference_model(default_pack, tmp_path_factory):
+    from faster_whisper import WhisperModel
+
+    files = raw_asr_files("default")
+    model_dir = ct2_model_dir(files, default_pack.stage("asr")["dims"]["n_vocab"], tmp_path_factory.mktemp("fw"))
+    return WhisperModel(str(model_dir), device="cpu", compute_type="float32", cpu_threads=2)
+
+
+def _faster_whisper(model, audio: np.ndarray, language: str) -> tuple[list[int], str]:
+    segments, _ = model.transcribe(
+        audio,
+        language=language,
+        beam_size=1,
+        temperature=0.0,
+        without_timestamps=True,
+        condition_on_previous_text=False,
+        vad_filter=False,
+    )
+    segments = list(segments)
+    return [t for s in segments for t in s.tokens], " ".join(s.text.strip() for s in segments if s.text.strip())
+
+
+def test_greedy_output_equals_faster_whisper(reference_model, results_30s, clips):
+    same = []
+    for clip_id in EQUIVALENCE_IDS:
+        meta, audio = clips[clip_id]
+        ref_tokens, ref_text = _faster_whisper(reference_model, audio, meta["lang"])
+        ours = results_30s[clip_id]
+        print(f"{clip_id}: ours={ours.text!r}\n{'':>{len(clip_id)}}  ref ={ref_text!r}")
+        if list(ours.tokens) == ref_tokens and ours.text == ref_text:
+            same.append(clip_id)
+    print(f"identical to faster-whisper: {len(same)}/{len(EQUIVALENCE_IDS)}")
+    assert same == list(EQUIVALENCE_IDS)
+    assert results_30s["de_fleurs_test_009"].windows == 2
+
+
+def _wer_report(label: str, results, english_clips) -> float:
+    refs = [m["text"] for m in english_clips]
+    hyps = [results[m["id"]].text for m in english_clips]
+    for m, h in zip(english_clips, hyps):
+        clip_wer = wer([m["text"]], [h])
+        if clip_wer:
+            print(f"  {m['id']}: WER {clip_wer:.1%}  ref={normalize(m['text'])!r} hyp={normalize(h)!r}")
+    score = wer(refs, hyps)
+    print(f"WER {label}: {score:.2%} over {len(refs)} English clips")
+    return score
+
+
+def test_wer_english_smallest_bucket(asr, clips, english_clips):
+    results = {m["id"]: asr.transcribe(clips[m["id"]][1], language="en") for m in english_clips}
+    for m in english_clips:  # the smallest bucket that holds the clip
+        frames = len(clips[m["id"]][1]) // 160
+        assert results[m["id"]].bucket_s == min(b for b in asr.buckets_s if bucket_frames(b) >= frames)
+    assert _wer_report("smallest bucket", results, english_clips) <= WER_BAR
+
+
+def test_wer_english_int8_engines_the_runtime_uses_by_default(default_pack, clips, english_clips):
+    """Issue bar: English WER <= 6.5 % with the engines the bench uses (INT8 where the build kept INT8)."""
+    asr8 = Asr.from_pack(default_pack, AsrOptions(precision="int8"))
+    assert "int8" in str(default_pack.model("asr", "encoder", "int8")), "the build kept no INT8 encoder"
+    results = {m["id"]: asr8.transcribe(clips[m["id"]][1], language="en") for m in english_clips}
+    assert _wer_report("int8 engines", results, english_clips) <= 0.065
+
+
+def test_wer_english_30s_bucket(results_30s, english_clips):
+    assert _wer_report("30-s bucket", results_30s, english_clips) <= WER_BAR
+
+
+@pytest.mark.parametrize(
+    "clip_id", ["en_fleurs_1904", "de_fleurs_sinnvoll", "es_fleurs_test_002", "fr_fleurs_ski", "zh_aishell1_BAC009S0764W0121"]
+)
+def test_detects_language(asr, clips, clip_id):
+    meta, audio = clips[clip_id]
+    result = asr.transcribe(audio)
+    assert result.language == meta["lang"] and 0.5 < result.language_prob <= 1.0
+    assert result.text
+
+
+def test_translate_gives_english(asr, clips):
+    de = asr.transcribe(clips["de_fleurs_sinnvoll"][1], task="translate")
+    es = asr.transcribe(clips["es_fleurs_test_006"][1], language="es", task="translate")
+    reference = clips["es_fleurs_test_006"][0]["translations"]["en"]
+    print(f"de->en: {de.text} | es->en: {es.text} | es reference: {reference}")
+    assert de.language == "de" and "fair" in normalize(de.text).split()
+    assert "nicht" not in normalize(de.text)
+    assert {"tribute", "luna"} <= set(normalize(es.text).split())
+    assert all(ord(c) < 128 for c in de.text + es.text)
+    german = asr.transcribe(clips["de_fleurs_sinnvoll"][1], language="de")
+    assert "nicht" in normalize(german.text).split()
+
+
+def test_tiny_english_only_pack_transcribes_jfk(tiny_asr, clips):
+    meta, audio = clips["en_jfk"]
+    result = tiny_asr.transcribe(audio)
+    print("tiny.en:", result.text)
+    assert not tiny_asr.multilingual and tiny_asr.languages == ("en",)
+    assert normalize(result.text) == normalize(meta["text"])
+    assert result.language == "en" and result.bucket_s == 15
+
+
+def test_unknown_language_and_task_are_rejected(asr, tiny_asr):
+    audio = np.zeros(SAMPLE_RATE, np.float32)
+    with pytest.raises(UnsupportedLanguageError, match=r"'xx'.*\ben\b.*\bde\b"):
+        asr.transcribe(audio, language="xx")
+    with pytest.raises(UnsupportedLanguageError, match="valid codes: en"):
+        tiny_asr.transcribe(audio, language="de")
+    with pytest.raises(UnsupportedLanguageError, match="English-only"):
+        tiny_asr.transcribe(audio, task="translate")
+    with pytest.raises(ValueError, match="task"):
+        asr.transcribe(audio, task="summarize")
+    assert len(asr.languages) == 99 and asr.multilingual
+
+
+@pytest.mark.parametrize("pack", ["default", "tiny"])
+def test_silence_gives_empty_text(asr, tiny_asr, pack):
+    model = asr if pack == "default" else tiny_asr
+    for audio in (np.zeros(5 * SAMPLE_RATE, np.float32), np.zeros(0, np.float32)):
+        assert model.transcribe(audio).text == ""
+    # Faint noise passes the digital-silence gate; Whisper's no-speech rule must drop it.
+    noise = (np.random.default_rng(0).standard_normal(3 * SAMPLE_RATE) * 1e-3).astype(np.float32)
+    result = model.transcribe(noise, language="en")
+    assert result.text == "" and result.no_speech_prob > 0.6
+
+
+def test_long_audio_uses_consecutive_windows_and_skips_digital_silence(asr, clips):
+    meta, jfk = clips["en_jfk"]
+    audio = np.concatenate([np.zeros(31 * SAMPLE_RATE, np.float32), jfk])  # 42 s: silent 30 s, then 12 s
+    result = asr.transcribe(audio)
+    assert result.windows == 2 and result.bucket_s == 15
+    assert result.language == "en" and result.language_prob > 0.5
+    assert normalize(result.text) == normalize(meta["text"])
+
+
+def test_buffers_are_bound_once_per_bucket(asr, clips):
+    inference = asr._inference
+    k, v, logits = inference.self_k, inference.self_v, inference._logits
+    audio = clips["en_librispeech_1089-134691-0000"][1]
+    asr.transcribe(audio, language="en")
+    bound = dict(inference._buckets)
+    asr.transcribe(audio, language="en")
+    assert inference.self_k is k and inference.self_v is v and inference._logits is logits
+    assert inference._buckets.keys() == bound.keys()
+    assert all(inference._buckets[b][0] is bound[b][0] for b in bound)  # the same mel buffer, re-filled
+
+
+def test_options_are_validated(asr):
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        AsrOptions(max_new_tokens=445)
+    with pytest.raises(ValueError, match="precision"):
+        AsrOptions(precision="fp16")
+    with pytest.raises(ValueError, match="bucket"):
+        asr.with_options(AsrOptions(bucket_s=7))
+
+
+def test_latency_report(asr):
+    """Encoder time per bucket and decoder time per token (printed; the 5-s window must be cheaper)."""
+    inference = asr._inference
+    times = {}
+    for seconds in (5, 30):
+        mel = np.zeros((1, 80, bucket_frames(seconds)), np.float32)
+        inference.encode(mel)  # warm-up
+        t0 = time.perf_counter()
+        for _ in range(2):
+            inference.encode(mel)
+        times[seconds] = (time.perf_counter() - t0) / 2
+    n = 20
+    t0 = time.perf_counter()
+    for i in range(n):
+        inference.step(220, i)
+    per_token = (time.perf_counter() - t0) / n
+    print(
+        f"encoder 5 s: {times[5] * 1e3:.0f} ms, 30 s: {times[30] * 1e3:.0f} ms; "
+        f"decoder {per_token * 1e3:.1f} ms/token (30-s window)"
+    )
+    assert times[5] < times[30]
+
+
+def test_repetition_loops_are_cut_to_one_copy():
+    from edge_rt.stages.asr.decoding import repeated_tail
+
+    block = list(range(100, 112))  # a 12-token sentence
+    assert repeated_tail([1, 2, 3] + block + block) == len(block)
+    assert repeated_tail([5, 6, 7, 7, 7]) == 2  # short blocks must repeat three times
+    assert repeated_tail([5, 6, 7, 7]) == 0
+    assert repeated_tail([1, 2, 3, 4, 1, 2, 3, 4]) == 0  # a short phrase said twice is speech
+    assert repeated_tail([]) == 0
+
+
+def test_german_clip_that_loops_greedily_is_cut(default_pack, speech_dir):
+    from edge_rt.audio.files import read_audio
+    from edge_rt.loop.stages import StageOptions, Stages
+    from edge_rt.translate import TranslateOptions, translate_audio
+
+    # Segmented by the live endpointer, this clip's last utterance made greedy decoding loop
+    # ("Selbst ein großer Dinosaurier ... gewachsen." six times) before loops were cut.
+    stages = Stages.load(default_pack, StageOptions(precision="fp32"))
+    audio = read_audio(speech_dir / "de_fleurs_test_001.wav")
+    utts, _, _ = translate_audio(stages, audio, TranslateOptions(target="en", source="de"))
+    text = " ".join(u.text for u in utts)
+    sentences = [s.strip() for s in text.replace("?", ".").split(".") if s.strip()]
+    assert "Dinosaurier" in text
+    assert len(sentences) == len(set(sentences)), text
