@@ -25,7 +25,8 @@ from edge_rt.errors import EdgeRtError
 __all__ = ["Config", "ConfigError", "load_config", "DEFAULT_CONFIG_PATH"]
 
 DEFAULT_CONFIG_PATH = Path("/etc/edge-rt/config.toml")
-BACKENDS = ("sounddevice", "pyaudio")
+BACKENDS = ("sounddevice", "pyaudio")  # audio libraries
+ENGINE_BACKENDS = ("cpu", "tensorrt", "auto")  # what runs the engines (edge_rt/backends/factory.py BACKENDS)
 PRECISIONS = ("fp32", "int8")
 COMMON_RATES = (8000, 16000, 22050, 32000, 44100, 48000, 96000)
 LANG_AUTO = ("", "auto")
@@ -40,6 +41,13 @@ class PackConfig:
     name: str = "default"  # built pack under $EDGE_RT_ENGINES (or engines/), or an absolute folder
     precision: str = "fp32"  # "fp32" | "int8" (int8 falls back to fp32 per model)
     threads: int = 2  # ONNX Runtime intra-op threads per engine
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    # What runs the engines: "auto" = TensorRT where the pack has engines built for this TensorRT and
+    # GPU, else the CPU (the log says which and why); "tensorrt" refuses to start without them.
+    backend: str = "auto"  # "cpu" | "tensorrt" | "auto"
 
 
 @dataclass(frozen=True)
@@ -85,6 +93,7 @@ class MetricsConfig:
 @dataclass(frozen=True)
 class Config:
     pack: PackConfig = field(default_factory=PackConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
     audio: AudioConfig = field(default_factory=AudioConfig)
     translate: TranslateConfig = field(default_factory=TranslateConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
@@ -130,6 +139,7 @@ class Config:
 
 _SECTIONS: dict[str, type] = {
     "pack": PackConfig,
+    "engine": EngineConfig,
     "audio": AudioConfig,
     "translate": TranslateConfig,
     "loop": LoopConfig,
@@ -263,6 +273,7 @@ def _probe_dir(p: Path) -> str | None:
 
 _RULES = {
     "pack": {"name": _pack_name, "precision": _one_of(PRECISIONS), "threads": _int_range(1, 64)},
+    "engine": {"backend": _one_of(ENGINE_BACKENDS)},
     "audio": {"backend": _one_of(BACKENDS), "device_in": _device, "device_out": _device, "rate_in": _rate,
               "rate_out": _rate, "stall_s": lambda v: None if v is None or 0.5 <= v <= 60 else "must be between 0.5 and 60 s"},
     "translate": {"to": _lang(False), "from": _lang(True)},

@@ -13,6 +13,7 @@ import pytest
 import soundfile as sf
 
 from edge_rt.audio.files import resample
+from edge_rt.backends.factory import OrtEngines
 from edge_rt.stages.asr.whisper import Asr
 
 
@@ -63,7 +64,7 @@ def test_unknown_source_language(default_pack, speech_dir, tmp_path):
 
 @pytest.fixture(scope="module")
 def back_asr(default_pack):
-    return Asr.from_pack(default_pack)
+    return Asr.from_pack(default_pack, engines=OrtEngines(default_pack))
 
 
 def _speech_in(path: Path) -> np.ndarray:

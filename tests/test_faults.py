@@ -28,6 +28,7 @@ from edge_rt.audio.sources import FastFileSource, PacedFileSource
 from edge_rt.loop.loop import Loop, LoopOptions
 from edge_rt.loop.observer import LoopObserver
 from edge_rt.loop.stages import Stages
+from edge_rt.pipeline import load_stages
 from edge_rt.ops.session import Recording, Session, live_header
 from edge_rt.units import SAMPLE_RATE
 from edge_rt.audio.wav_stream import read_wav
@@ -38,7 +39,7 @@ CLIPS = ("en_librispeech_1089-134691-0000", "en_librispeech_1089-134686-0001", "
 
 @pytest.fixture(scope="module")
 def stages(tiny_pack):
-    return Stages.load(tiny_pack)
+    return load_stages(tiny_pack)
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +122,75 @@ def test_startup_errors_still_surface(stages, three_utterances):
     loop = Loop(stages, source, BrokenSink(22050, now_s=lambda: 0.0), LoopOptions(target="pt"))
     with pytest.raises(TypeError, match="programming error"):
         loop.run()
+
+
+@pytest.mark.parametrize("stage,method,what", [("asr", "transcribe", "decode"), ("tts", "clauses", "synthesis")])
+def test_a_failing_speculation_is_counted_and_reported_and_the_end_does_the_work(stages, three_utterances, stage,
+                                                                                 method, what):
+    """Work ahead at a pause that raises is not dropped silently: it reaches Loop.errors and its counter."""
+    broken = Stages(stages.vad, stages.asr, stages.mt, stages.tts)
+    # partials off: the first call is the speculation at the first utterance's 64 ms pause
+    setattr(broken, stage, Failing(getattr(stages, stage), method, on={0}))
+    loop = _loop(broken, three_utterances, speculate_after_ms=64)
+    traces = loop.run()
+    assert loop.speculation_errors == 1 and loop.stage_errors == 0, list(loop.errors)
+    assert [e for e in loop.errors if "speculative" in e] == [
+        f"utterance 1 speculative {what}: RuntimeError: injected fault"], list(loop.errors)
+    assert traces[0].translation and not traces[0].dropped  # its end decoded and spoke it after all
+
+
+class _StandInDevices:
+    """Stand-ins for DeviceSource/DeviceSink (`edge-rt run` without a sound card): the capture side hands out
+    ``speech`` as fast as the worker takes it and then stays silent, like a device that never finishes."""
+
+    def __init__(self, speech: np.ndarray):
+        class Info:
+            index, name, hostapi = 0, "stand-in", "none"
+
+        class Source(FastFileSource):
+            def __init__(self, *a, **kw):
+                super().__init__(speech, tail_s=60.0)
+                self.info, self.rate = Info, SAMPLE_RATE
+
+            @property
+            def finished(self):
+                return False
+
+        class Sink(PacedFileSink):
+            def __init__(self, *a, **kw):
+                super().__init__(SAMPLE_RATE, keep=False)
+                self.info = Info
+
+        self.Source, self.Sink = Source, Sink
+
+
+def test_run_exits_non_zero_with_a_named_error_when_its_loop_fails(tiny_pack, three_utterances, monkeypatch,
+                                                                   capsys):
+    """`edge-rt run` whose ASR fails on every utterance: after 5 in a row the loop goes down, and so does run."""
+    import edge_rt.audio.devices as devices
+    import edge_rt.pipeline as pipeline
+    from edge_rt.cli import main
+
+    stand_in = _StandInDevices(np.concatenate([three_utterances, three_utterances]))  # 6 utterances
+    monkeypatch.setattr(devices, "DeviceSource", stand_in.Source)
+    monkeypatch.setattr(devices, "DeviceSink", stand_in.Sink)
+    real_load = pipeline.load_stages
+
+    def load_broken(*a, **kw):  # the test hook: the pack's real stages, the ASR made to fail every time
+        s = real_load(*a, **kw)
+        return Stages(s.vad, Failing(s.asr, "transcribe", on="all", exc=lambda: RuntimeError("injected fault")),
+                      s.mt, s.tts, backend=s.backend)
+
+    monkeypatch.setattr(pipeline, "load_stages", load_broken)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = main(["run", "--pack", "tiny", "--to", "pt", "--from", "en", "--device-in", "0", "--device-out", "0"])
+    finally:
+        for sig, handler in handlers.items():  # run installs its own: give pytest its Ctrl-C back
+            signal.signal(sig, handler)
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "edge-rt: error: the translation loop stopped: RuntimeError: injected fault (5 utterances dropped" in err
 
 
 # -- the capture device vanishes ------------------------------------------------------------

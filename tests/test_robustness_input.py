@@ -13,13 +13,14 @@ import soundfile as sf
 import soxr
 
 from edge_rt.audio.files import read_audio
+from edge_rt.backends.factory import OrtEngines
 from edge_rt.audio.sinks import TimelineSink
 from edge_rt.audio.sources import FastFileSource
 from edge_rt.backends.ort import OrtEngine
 from edge_rt.config import ConfigError, load_config
 from edge_rt.errors import AudioInputError, PackNotBuiltError
 from edge_rt.loop.loop import Loop, LoopOptions
-from edge_rt.loop.stages import Stages
+from edge_rt.pipeline import load_stages
 from edge_rt.pack import BuiltPack
 from edge_rt.measure.scoring import wer
 from edge_rt.stages.gain import GainOptions, utterance_gain
@@ -34,12 +35,12 @@ BABBLE = ("en_librispeech_1089-134686-0000", "de_fleurs_test_001", "es_fleurs_te
 
 @pytest.fixture(scope="module")
 def tiny(tiny_pack):
-    return Stages.load(tiny_pack)
+    return load_stages(tiny_pack)
 
 
 @pytest.fixture(scope="module")
 def default(default_pack):
-    return Stages.load(default_pack)
+    return load_stages(default_pack)
 
 
 @pytest.fixture(scope="module")
@@ -224,7 +225,7 @@ def test_truncated_and_foreign_engine_files_are_named(tiny_pack, speech_dir, tmp
     manifest["stages"]["vad"]["models"]["silero"] = {"fp32": str(truncated)}
     pack = BuiltPack("broken", tmp_path, manifest)
     with pytest.raises(PackNotBuiltError, match="silero.onnx"):
-        SileroVad.from_pack(pack)
+        SileroVad.from_pack(pack, engines=OrtEngines(pack))
 
 
 @pytest.mark.parametrize("text,match", [

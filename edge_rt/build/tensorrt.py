@@ -13,6 +13,10 @@ Per model::
   windows, decoder cross-attention positions, Marian source buckets (with the shortlist's
   ``vocab_len`` as a range), Piper phoneme buckets; min = opt = max where the bucket is static;
 * one timing cache per pack (``tensorrt/timing.cache``), reused across builds;
+* each model may fail alone (parser failure, builder returns None, out of memory...): INT8 falls
+  back to an FP16 engine, FP16 to ONNX Runtime; every fall-back is recorded with its reason
+  (:func:`build_engines` documents the record). The builder is injectable (:class:`BuildRequest`
+  -> info dict), so the fall-backs are tested on CPU with a builder that fails for one model;
 * on TensorRT <= 10, ``implicit_int8=True`` builds FP32 ONNX with ``IInt8EntropyCalibrator2``
   through Polygraphy's ``Calibrator``, fed by the same calibration inputs and starting from
   the ``trt_entropy.cache`` the INT8 step wrote (TensorRT 11 removed implicit calibration).
@@ -35,8 +39,9 @@ from edge_rt.backends.compat import TrtEnvironment
 from edge_rt.errors import EdgeRtError
 from edge_rt.units import bucket_frames, bucket_positions
 
-__all__ = ["TensorRtOptions", "TensorRtBuildError", "bucket_bindings", "profile_shapes", "engine_precision",
-           "build_engines", "onnx_inputs"]
+__all__ = ["TensorRtOptions", "TensorRtBuildError", "BuildRequest", "bucket_bindings", "profile_shapes",
+           "engine_precision", "attempts", "restamp_calibration_cache", "build_engines", "onnx_inputs",
+           "polygraphy_builder"]
 
 ENGINE_DIR = "tensorrt"
 TIMING_CACHE = f"{ENGINE_DIR}/timing.cache"
@@ -116,12 +121,12 @@ def profile_shapes(inputs: Mapping[str, Sequence[int | str]], bindings: Mapping[
 
 
 def engine_precision(int8_record: Mapping[str, Any] | None, implicit_int8: bool) -> tuple[str, str]:
-    """(precision of the engine, which ONNX to build from): ("int8", "int8") for a static Q/DQ twin,
-    ("int8", "fp32") with implicit calibration, else ("fp16", "fp32")."""
-    static = bool(int8_record) and int8_record.get("precision") == "int8" and \
-        int8_record.get("recipe", {}).get("mode") == "static"
-    if static:
-        return "int8", "int8"
+    """(precision of the engine, which ONNX to build from): ("int8", "int8_trt") for the symmetric
+    Q/DQ twin made for TensorRT (edge_rt/build/calibration/trt_variant.py: zero points 0, which
+    explicit quantization requires; the CPU's ``int8`` file is asymmetric or dynamic and is never
+    handed to TensorRT), ("int8", "fp32") with implicit calibration, else ("fp16", "fp32")."""
+    if ((int8_record or {}).get("trt") or {}).get("file"):
+        return "int8", "int8_trt"
     if implicit_int8 and int8_record and int8_record.get("calibration_tables"):
         return "int8", "fp32"
     return "fp16", "fp32"
@@ -141,7 +146,85 @@ def _fixed_inputs(stage: str, inputs: Mapping[str, Sequence]) -> dict[str, list[
     return {name: [] for name, dims in inputs.items() if dims == [] }
 
 
-# -- the build (needs TensorRT and a GPU) ---------------------------------------------------------
+def attempts(precision: str, source: str) -> list[tuple[str, str]]:
+    """The (precision, ONNX source) tried in order before ONNX Runtime: INT8 first falls back to FP16."""
+    first = [(precision, source)]
+    return first if precision == "fp16" else first + [("fp16", "fp32")]
+
+
+def restamp_calibration_cache(text: str, tensorrt_version: str) -> str:
+    """A TensorRT calibration cache with its header stamped for the TensorRT that reads it.
+
+    The INT8 step runs on a CPU without TensorRT and cannot know the device's version; TensorRT
+    rejects a cache whose ``TRT-<code>-EntropyCalibration2`` header names another version.
+    """
+    from edge_rt.build.calibration.table import TRT_ALGORITHM, parse_trt_cache, trt_version_code
+
+    parse_trt_cache(text)  # raises naming the bad line
+    lines = text.splitlines()
+    lines[0] = f"TRT-{trt_version_code(tensorrt_version)}-{TRT_ALGORITHM}"
+    return "\n".join(lines) + "\n"
+
+
+# -- the build (needs TensorRT and a GPU, or an injected builder) ---------------------------------
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """One engine to build: what a builder receives."""
+
+    src: Path  # the ONNX model
+    dst: Path  # the .plan to write
+    profiles: list  # one {input: (min, opt, max)} per profile
+    precision: str  # "int8" | "fp16"
+    env: TrtEnvironment
+    timing_cache: Path  # read if present, written after the build
+    workspace_mb: int
+    calibration_cache: Path | None  # implicit INT8 (TensorRT <= 10): the restamped cache
+
+
+Builder = Callable[[BuildRequest], Mapping[str, Any]]  # writes req.dst, returns e.g. {"activation_bytes": n}
+
+
+def polygraphy_builder(req: BuildRequest) -> dict:
+    """Build ``req`` with Polygraphy's loaders and TensorRT; raises on any failure."""
+    import tensorrt as trt
+    from polygraphy.backend.trt import Calibrator, CreateConfig, EngineFromNetwork, NetworkFromOnnxPath, Profile
+
+    from edge_rt.atomic import atomic_write
+
+    major = int(req.env.tensorrt_version.split(".")[0])
+    trt_profiles = []
+    for shapes in req.profiles:
+        p = Profile()
+        for name, (lo, opt, hi) in shapes.items():
+            p.add(name, min=lo, opt=opt, max=hi)
+        trt_profiles.append(p)
+    explicit = req.precision == "int8" and req.calibration_cache is None
+    network = NetworkFromOnnxPath(str(req.src), strongly_typed=explicit and major >= 11)
+    cache = req.timing_cache
+    kwargs: dict[str, Any] = dict(profiles=trt_profiles, load_timing_cache=str(cache) if cache.is_file() else None,
+                                  memory_pool_limits={trt.MemoryPoolType.WORKSPACE: req.workspace_mb << 20})
+    if not (explicit and major >= 11):
+        kwargs["fp16"] = True
+        kwargs["int8"] = req.precision == "int8"
+    if req.calibration_cache is not None:
+        if major >= 11:
+            raise TensorRtBuildError("implicit INT8 calibration needs TensorRT <= 10 (TensorRT 11 removed it)")
+        kwargs["calibrator"] = Calibrator(data_loader=[], cache=str(req.calibration_cache),
+                                          algo=trt.CalibrationAlgoType.ENTROPY_CALIBRATION_2)
+    engine = EngineFromNetwork(network, config=CreateConfig(**kwargs), save_timing_cache=str(cache))()
+    if engine is None:
+        raise TensorRtBuildError("the TensorRT builder returned no engine (see its log above)")
+    if hasattr(engine, "get_device_memory_size_for_profile_v2"):
+        act = max(engine.get_device_memory_size_for_profile_v2(i) for i in range(engine.num_optimization_profiles))
+    else:
+        act = getattr(engine, "device_memory_size_v2", engine.device_memory_size)
+    plan = engine.serialize()
+    if plan is None:
+        raise TensorRtBuildError("TensorRT could not serialize the engine")
+    atomic_write(req.dst, lambda tmp: tmp.write_bytes(bytes(plan)))
+    return {"activation_bytes": int(act)}
+
 
 def _engine_key(src: Path, profiles: list, precision: str, env: TrtEnvironment, options: TensorRtOptions) -> str:
     from edge_rt.build.files import sha256_file
@@ -153,43 +236,79 @@ def _engine_key(src: Path, profiles: list, precision: str, env: TrtEnvironment, 
     return h.hexdigest()
 
 
-def _build_one(src: Path, dst: Path, profiles: list[dict], precision: str, env: TrtEnvironment, cache: Path,
-               options: TensorRtOptions, calib_cache: Path | None) -> None:
-    import tensorrt as trt
-    from polygraphy.backend.trt import (Calibrator, CreateConfig, EngineFromNetwork, NetworkFromOnnxPath, Profile,
-                                        SaveEngine)
+def _reason(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text[:300]}" if text else type(e).__name__
 
-    from edge_rt.atomic import atomic_write
 
-    major = int(env.tensorrt_version.split(".")[0])
-    trt_profiles = []
-    for shapes in profiles:
-        p = Profile()
-        for name, (lo, opt, hi) in shapes.items():
-            p.add(name, min=lo, opt=opt, max=hi)
-        trt_profiles.append(p)
-    explicit = precision == "int8" and calib_cache is None
-    network = NetworkFromOnnxPath(str(src), strongly_typed=explicit and major >= 11)
-    kwargs: dict[str, Any] = dict(profiles=trt_profiles, load_timing_cache=str(cache) if cache.is_file() else None,
-                                  memory_pool_limits={trt.MemoryPoolType.WORKSPACE: options.workspace_mb << 20})
-    if not (explicit and major >= 11):
-        kwargs["fp16"] = True
-        kwargs["int8"] = precision == "int8"
-    if calib_cache is not None:
-        if major >= 11:
-            raise TensorRtBuildError("implicit INT8 calibration needs TensorRT <= 10 (TensorRT 11 removed it)")
-        kwargs["calibrator"] = Calibrator(data_loader=[], cache=str(calib_cache),
-                                          algo=trt.CalibrationAlgoType.ENTROPY_CALIBRATION_2)
-    engine = EngineFromNetwork(network, config=CreateConfig(**kwargs), save_timing_cache=str(cache))
-    atomic_write(dst, lambda tmp: SaveEngine(engine, path=str(tmp))())
+def _build_model(out_dir: Path, stage: str, model: str, entry: dict, files: dict, rec: dict | None,
+                 env: TrtEnvironment, options: TensorRtOptions, builder: Builder, prev: dict | None,
+                 log: Callable[[str], None]) -> dict:
+    """Try each precision in turn; the record says which engine (or ONNX Runtime) serves the model."""
+    from edge_rt.build.files import sha256_file
+
+    precision, source = engine_precision(rec, options.implicit_int8)
+    fallbacks: list[dict] = []
+    for prec, src_kind in attempts(precision, source):
+        src = out_dir / files[src_kind]
+        rel = f"{ENGINE_DIR}/{stage}_{model.replace('/', '_')}.{prec}.plan"
+        t0 = time.perf_counter()
+        try:
+            inputs = onnx_inputs(src)
+            fixed = _fixed_inputs(stage, inputs)
+            profiles = [profile_shapes(inputs, b, fixed) for b in bucket_bindings(stage, model, entry)]
+            key = _engine_key(src, profiles, prec, env, options)
+            if (not options.force and prev and prev.get("key") == key and prev.get("backend") == "tensorrt"
+                    and (out_dir / rel).is_file()):
+                return prev
+            calib = None
+            if src_kind == "fp32" and prec == "int8":
+                text = (out_dir / rec["calibration_tables"] / "trt_entropy.cache").read_text()
+                calib = out_dir / ENGINE_DIR / f"{stage}_{model.replace('/', '_')}.calib.cache"
+                calib.write_text(restamp_calibration_cache(text, env.tensorrt_version))
+            info = dict(builder(BuildRequest(src, out_dir / rel, profiles, prec, env, out_dir / TIMING_CACHE,
+                                             options.workspace_mb, calib)) or {})
+            if not (out_dir / rel).is_file():
+                raise TensorRtBuildError(f"the builder wrote no engine at {rel}")
+        except Exception as e:  # any parser/builder/driver failure: this model falls back, the pack goes on
+            nxt = "fp16" if prec == "int8" else "onnxruntime"
+            fallbacks.append({"from": prec, "to": nxt, "reason": _reason(e)})
+            log(f"TensorRT: {stage}/{model} {prec} failed ({_reason(e)}); falling back to {nxt}")
+            continue
+        log(f"TensorRT: {stage}/{model} -> {rel} ({prec}, {len(profiles)} profiles)")
+        return {
+            "backend": "tensorrt", "file": rel, "sha256": sha256_file(out_dir / rel), "precision": prec,
+            "source": str(src.relative_to(out_dir)), "profiles": len(profiles),
+            "calibration": None if prec != "int8" else (
+                "entropy (Q/DQ)" if src_kind == "int8" else "IInt8EntropyCalibrator2"),
+            "key": key, "build_s": round(time.perf_counter() - t0, 1), "shapes": json.loads(json.dumps(profiles)),
+            "engine_bytes": (out_dir / rel).stat().st_size, "activation_bytes": info.get("activation_bytes"),
+            "fallbacks": fallbacks,
+        }
+    return {"backend": "onnxruntime", "file": None, "precision": None, "source": None, "profiles": 0, "shapes": [],
+            "engine_bytes": None, "activation_bytes": None, "build_s": None, "fallbacks": fallbacks}
 
 
 def build_engines(out_dir: Path, stages: dict, int8: dict, old: dict, options: TensorRtOptions = TensorRtOptions(),
-                  log: Callable[[str], None] = print, environment: Callable[[], TrtEnvironment | None] | None = None) -> dict:
-    """Build every model's engine, or say why not; returns the manifest's ``tensorrt`` section."""
+                  log: Callable[[str], None] = print, environment: Callable[[], TrtEnvironment | None] | None = None,
+                  builder: Builder | None = None) -> dict:
+    """Build every model's engine, or say why not; returns the manifest's ``tensorrt`` section.
+
+    The section (``status`` "built"): ``tensorrt_version`` (exact ``tensorrt.__version__``), ``gpu_name``,
+    ``compute_capability``, ``gpu_memory_mb``, ``timing_cache`` (pack-relative), ``timing_cache_reused``,
+    ``fallbacks`` (how many models are not served by their first-choice engine) and ``engines``:
+    ``{"stage/model": record}`` with ``backend`` ("tensorrt" | "onnxruntime"), ``file`` (the .plan, None
+    on ONNX Runtime), ``sha256``, ``precision`` ("int8" | "fp16" | None), ``source`` (the ONNX), ``profiles``
+    (count), ``shapes`` (per profile ``{input: [[min], [opt], [max]]}``), ``calibration``, ``key``,
+    ``build_s``, ``engine_bytes``, ``activation_bytes`` (TensorRT's device memory for the largest
+    profile), ``fallbacks`` ([{"from", "to", "reason"}]). Otherwise ``status`` "skipped" and ``reason``.
+
+    Args:
+        environment: where the engines are built (default: detected; injectable for tests).
+        builder: builds one :class:`BuildRequest` (default :func:`polygraphy_builder`).
+    """
     import importlib.util
 
-    from edge_rt.build.files import sha256_file
     from edge_rt.backends.compat import current_environment
 
     if not options.enabled:
@@ -206,36 +325,16 @@ def build_engines(out_dir: Path, stages: dict, int8: dict, old: dict, options: T
     if options.implicit_int8 and int(env.tensorrt_version.split(".")[0]) >= 11:
         raise TensorRtBuildError("--trt-implicit-int8 needs TensorRT <= 10; TensorRT 11 removed IInt8EntropyCalibrator2")
     out_dir = Path(out_dir)
-    section: dict = {"status": "built", **env.as_dict(), "timing_cache": TIMING_CACHE, "engines": {}}
-    prev = old.get("tensorrt", {}).get("engines", {}) if old.get("tensorrt", {}).get("status") == "built" else {}
     cache = out_dir / TIMING_CACHE
     cache.parent.mkdir(parents=True, exist_ok=True)
+    section: dict = {"status": "built", **env.as_dict(), "timing_cache": TIMING_CACHE,
+                     "timing_cache_reused": cache.is_file(), "engines": {}}
+    prev = old.get("tensorrt", {}).get("engines", {}) if old.get("tensorrt", {}).get("status") == "built" else {}
     for stage, entry in stages.items():
         records = int8.get("stages", {}).get(stage, {}).get("models", {})
         for model, files in entry["models"].items():
-            rec = records.get(model)
-            precision, source = engine_precision(rec, options.implicit_int8)
-            src = out_dir / (files.get("int8") if source == "int8" else files["fp32"])
-            inputs = onnx_inputs(src)
-            fixed = _fixed_inputs(stage, inputs)
-            profiles = [profile_shapes(inputs, b, fixed) for b in bucket_bindings(stage, model, entry)]
-            rel = f"{ENGINE_DIR}/{stage}_{model.replace('/', '_')}.{precision}.plan"
-            key = _engine_key(src, profiles, precision, env, options)
-            p = prev.get(f"{stage}/{model}")
-            if not options.force and p and p.get("key") == key and (out_dir / rel).is_file():
-                section["engines"][f"{stage}/{model}"] = p
-                continue
-            calib = None
-            if source == "fp32" and precision == "int8":
-                calib = out_dir / rec["calibration_tables"] / "trt_entropy.cache"
-            t0 = time.perf_counter()
-            _build_one(src, out_dir / rel, profiles, precision, env, cache, options, calib)
-            section["engines"][f"{stage}/{model}"] = {
-                "file": rel, "sha256": sha256_file(out_dir / rel), "precision": precision,
-                "source": str(src.relative_to(out_dir)), "profiles": len(profiles),
-                "calibration": "entropy (Q/DQ)" if source == "int8" else ("IInt8EntropyCalibrator2" if calib else None),
-                "key": key, "build_s": round(time.perf_counter() - t0, 1),
-                "shapes": json.loads(json.dumps(profiles)),
-            }
-            log(f"TensorRT: {stage}/{model} -> {rel} ({precision}, {len(profiles)} profiles)")
+            name = f"{stage}/{model}"
+            section["engines"][name] = _build_model(out_dir, stage, model, entry, files, records.get(model), env,
+                                                    options, builder or polygraphy_builder, prev.get(name), log)
+    section["fallbacks"] = sum(1 for e in section["engines"].values() if e.get("fallbacks"))
     return section

@@ -18,7 +18,7 @@ import itertools
 import sys
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
@@ -32,11 +32,10 @@ from edge_rt.loop.observer import LoopObserver
 from edge_rt.loop.options import LoopOptions
 from edge_rt.loop.output import SpeechQueue
 from edge_rt.loop.overload import OverloadStats
+from edge_rt.loop.recognize import Hypothesis, level, recognize, with_first_clause
 from edge_rt.loop.stages import Stages
 from edge_rt.loop.stream import LocalAgreement
-from edge_rt.stages.gain import apply_gain
-from edge_rt.stages.tts.voice import TtsAudio
-from edge_rt.loop.trace import TraceWriter, UtteranceTrace
+from edge_rt.loop.trace import TracePublisher, TraceWriter, UtteranceTrace
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME
 
 __all__ = ["Loop", "LoopOptions"]  # LoopOptions lives in options.py; importable from here too
@@ -46,34 +45,12 @@ HISTORY = 1 << 20  # 65 s of capture audio kept for utterance slices
 Caption = Callable[[str, int, str, str], None]  # (kind, utterance, lang, text); kind: partial|final|translation
 
 
-SENTENCE_END = (".", "?", "!", "。", "？", "！")
-
-
-@dataclass(frozen=True)
-class _Hypothesis:
-    """The final text of an utterance up to ``end``, its translation, and when they were ready."""
-
-    end: int  # capture sample index the hypothesis covers up to
-    lang: str
-    text: str  # in the source language; "" when only the translation was decoded (see source_pending)
-    translation: str
-    asr_ns: int
-    mt_ns: int
-    source_pending: bool = False  # Whisper translated directly: the source transcript comes after the audio
-    # Speculation also synthesizes the first clause: (its audio, the rest of the clauses, not yet synthesized).
-    speech: tuple[TtsAudio, Iterator[TtsAudio]] | None = None
-
-    @property
-    def complete(self) -> bool:
-        return (self.text or self.translation).rstrip().endswith(SENTENCE_END)
-
-
 @dataclass
 class _Utterance:
     trace: UtteranceTrace
     agreement: LocalAgreement = field(default_factory=LocalAgreement)
     next_partial: int = 0  # sample index at which the next partial is due
-    speculation: _Hypothesis | None = None
+    speculation: Hypothesis | None = None
 
 
 class Loop:
@@ -87,14 +64,14 @@ class Loop:
         self.sink = sink
         self.options = options
         self.on_caption = on_caption or (lambda *a: None)
-        self.trace_writer = trace
         self.observers = tuple(observers)  # see observer.py: called on the worker thread
         self.endpointer = Endpointer(options.endpoint)
         self.history = History(HISTORY)
-        self.traces: list[UtteranceTrace] | collections.deque[UtteranceTrace] = (
-            [] if options.keep_traces is None else collections.deque(maxlen=options.keep_traces))
+        self.published = TracePublisher(options.keep_traces, trace, self.observers)
+        self.traces = self.published.traces
         self.errors: collections.deque[str] = collections.deque(maxlen=100)  # the latest, for humans
         self.stage_errors = 0  # utterances dropped because a stage raised
+        self.speculation_errors = 0  # work ahead at a pause that raised (the end does it again; in errors too)
         self.overload = OverloadStats()
         self._errors_in_row = 0
         self._reported: BaseException | None = None  # already passed to on_error
@@ -104,7 +81,6 @@ class Loop:
         self._speech = SpeechQueue(sink)  # synthesized, not yet accepted by the sink
         self._clauses: Iterator | None = None  # the rest of the current translation's clauses
         self._clause_trace: UtteranceTrace | None = None
-        self._pending_ends: collections.deque[tuple[UtteranceTrace, int]] = collections.deque()
         self._count = 0
         self.hops = 0
         # Fail now, not on the first utterance.
@@ -250,24 +226,26 @@ class Loop:
             return
         try:
             hyp = self._recognize(utt.trace.start_sample, end)
-        except Exception:  # noqa: BLE001 - work ahead only: the real end decodes again and reports a failure
+        except Exception as e:  # noqa: BLE001 - work ahead only: counted here, the real end decodes again
+            self._speculation_failed(e, utt.trace.utterance, "decode")
             return
-        utt.speculation = hyp = self._synthesize_ahead(hyp)
+        utt.speculation = hyp = self._synthesize_ahead(hyp, utt.trace.utterance)
         if o.early_commit and hyp.complete and len(hyp.text.split()) >= o.min_commit_words:
             for event in self.endpointer.force_end("complete"):
                 self._on_event(event)
 
-    def _synthesize_ahead(self, hyp: _Hypothesis) -> _Hypothesis:
-        """The speculative hypothesis with its first clause synthesized, so a pause that becomes the end
-        starts playing at once; the other clauses are synthesized only if it does."""
-        if not any(c.isalnum() for c in hyp.translation):
-            return hyp
+    def _speculation_failed(self, e: Exception, utterance: int, what: str) -> None:
+        """Count and report work ahead that raised; the utterance is not dropped (its end does the work again)."""
+        self.speculation_errors += 1
+        self.errors.append(f"utterance {utterance} speculative {what}: {type(e).__name__}: {e}")
+
+    def _synthesize_ahead(self, hyp: Hypothesis, utterance: int) -> Hypothesis:
+        """The speculative hypothesis with its first clause synthesized (see :func:`with_first_clause`)."""
         try:
-            clauses = iter(self.stages.tts.clauses(hyp.translation, self.options.target))
-            first = next(clauses, None)
-        except Exception:  # noqa: BLE001 - work ahead only: the end synthesizes again and reports a failure
+            return with_first_clause(hyp, self.stages.tts, self.options.target)
+        except Exception as e:  # noqa: BLE001 - work ahead only: counted here, the end synthesizes again
+            self._speculation_failed(e, utterance, "synthesis")
             return hyp
-        return hyp if first is None else replace(hyp, speech=(first, clauses))
 
     def _maybe_partial(self, now: int) -> None:
         utt = self._current
@@ -290,45 +268,16 @@ class Loop:
             utt.agreement.update(result.text)
             self.on_caption("partial", utt.trace.utterance, result.language, result.text)
 
-    def _recognize(self, start: int, end: int) -> _Hypothesis:
-        """One Whisper pass (language detection picks transcribe or translate) + MT of samples [start, end).
-
-        On a translate route the source-language transcript is not on the critical path:
-        :meth:`_finalize` decodes it after the first translated clause is on its way.
-        """
-        st, clock = self.stages, self.source.clock
-        audio = self._level(self.history.slice(start, end))
-        target = self.options.target
-
-        def task_for(lang: str) -> str:
-            try:
-                return st.route(lang, target).asr_task
-            except EdgeRtError:
-                return "transcribe"  # no route: the error is raised below with its message
-
-        first = st.asr.transcribe(audio, language=self.options.source,
-                                  task=task_for if st.asr.multilingual else "transcribe")
-        heard = first.text.strip()
-        unsure = self.options.unsure
-        if unsure is not None and first.no_speech_prob > unsure[0] and first.avg_logprob < unsure[1]:
-            heard = ""  # babble or noise, not speech to this device
-        if not heard:
-            now = clock.now_ns()
-            return _Hypothesis(end, first.language, "", "", now, now)
-        route = st.route(first.language, target)
-        translated = route.asr_task == "translate"
-        asr_ns = clock.now_ns()
-        spoken = heard
-        if route.mt_pair and spoken:
-            spoken = st.mt.translate(spoken, *route.mt_pair)
-        return _Hypothesis(end, first.language, "" if translated else heard, spoken, asr_ns, clock.now_ns(),
-                           source_pending=translated)
+    def _recognize(self, start: int, end: int) -> Hypothesis:
+        """One Whisper pass + MT of capture samples [start, end) (see :func:`recognize`)."""
+        return recognize(self.stages, self.options, self._level(self.history.slice(start, end)), end,
+                         self.source.clock)
 
     def _level(self, audio: np.ndarray) -> np.ndarray:
         """Automatic gain: a quiet utterance reaches Whisper at speech level (see stages/gain.py)."""
-        return audio if self.options.gain is None else apply_gain(audio, self.options.gain)
+        return level(audio, self.options)
 
-    def _finalize(self, tr: UtteranceTrace, speculation: _Hypothesis | None = None) -> None:
+    def _finalize(self, tr: UtteranceTrace, speculation: Hypothesis | None = None) -> None:
         if speculation is not None and speculation.end == tr.end_sample:
             hyp = speculation  # no speech since the pause began: the work is done
             tr.speculative = True
@@ -442,29 +391,13 @@ class Loop:
     def _advance_output(self) -> bool:
         """Hand queued speech to the sink and synthesize the next clause; True if it did work."""
         self._speech.push()
-        if self._pending_ends:
-            self._flush_traces()
+        self.published.flush()
         if self._clauses is not None and not self._speech:
             return self._next_clause()
         return False
 
     def _close(self, tr: UtteranceTrace) -> None:
-        self.traces.append(tr)
-        if self.trace_writer is not None or self.observers:
-            self._pending_ends.append((tr, time.monotonic_ns()))
-        self._flush_traces()
-
-    def _flush_traces(self, force: bool = False) -> None:
-        """Write traces once their first output was played (or they produced none)."""
-        while self._pending_ends:
-            tr, _ = self._pending_ends[0]
-            if not force and not tr.dropped and "first_output" not in tr.t_ns:
-                return
-            self._pending_ends.popleft()
-            if self.trace_writer is not None:
-                self.trace_writer.write(tr)
-            for o in self.observers:
-                o.on_utterance(tr)
+        self.published.close(tr)
 
     def _finish(self, drain_timeout_s: float = 30.0) -> None:
         """End of stream: hear what was captured before the stop, close the open utterance, speak what is left."""
@@ -484,5 +417,4 @@ class Loop:
             time.sleep(0.01)
         # let the device play the last samples so first_output marks fire
         time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
-        if self.trace_writer is not None or self.observers:
-            self._flush_traces(force=True)
+        self.published.flush(force=True)

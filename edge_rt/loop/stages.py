@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from edge_rt.pack import BuiltPack
+from edge_rt.backends.factory import BackendChoice
+from edge_rt.stages.protocols import Asr, Translator, Tts, Vad
 from edge_rt.route import Route, plan_route, targets
 
 
@@ -12,27 +13,15 @@ from edge_rt.route import Route, plan_route, targets
 class StageOptions:
     precision: str = "fp32"  # "fp32" | "int8"
     threads: int = 2  # ONNX Runtime intra-op threads for ASR and TTS
+    backend: str = "auto"  # "cpu" | "tensorrt" | "auto" (TensorRT where the pack has engines for this GPU)
 
 
 class Stages:
-    """VAD, ASR, MT and TTS of a built pack."""
+    """VAD, ASR, MT and TTS of a built pack (build them with :func:`edge_rt.pipeline.load_stages`)."""
 
-    def __init__(self, vad, asr, mt, tts):
+    def __init__(self, vad: Vad, asr: Asr, mt: Translator, tts: Tts, backend: BackendChoice | None = None):
         self.vad, self.asr, self.mt, self.tts = vad, asr, mt, tts
-
-    @classmethod
-    def load(cls, pack: BuiltPack, options: StageOptions = StageOptions()) -> "Stages":
-        from edge_rt.stages.asr.whisper import Asr, AsrOptions
-        from edge_rt.stages.mt.translator import MtOptions, Translator
-        from edge_rt.stages.tts.voice import Tts, TtsOptions
-        from edge_rt.stages.vad import SileroVad, VadOptions
-
-        return cls(
-            SileroVad.from_pack(pack, VadOptions(precision=options.precision)),
-            Asr.from_pack(pack, AsrOptions(precision=options.precision, threads=options.threads)),
-            Translator.from_pack(pack, MtOptions(precision=options.precision)),
-            Tts.from_pack(pack, TtsOptions(precision=options.precision, threads=options.threads)),
-        )
+        self.backend = backend or BackendChoice("cpu", "stages given directly")
 
     def _capabilities(self) -> dict:
         return dict(

@@ -7,6 +7,8 @@ the end of their speech to the first translated sample handed to the device.
 
 from __future__ import annotations
 
+import collections
+
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -94,3 +96,32 @@ class TraceWriter:
         if self._own and self._f is not None:
             self._f.close()
         self._f = None
+
+
+class TracePublisher:
+    """Finished utterances: kept (the last ``keep`` of them), and written and told to observers once
+    their first output was played (or they produced none), so the trace holds ``first_output``."""
+
+    def __init__(self, keep: int | None, writer: "TraceWriter | None", observers):
+        self.traces: list[UtteranceTrace] | collections.deque[UtteranceTrace] = (
+            [] if keep is None else collections.deque(maxlen=keep))
+        self.writer, self.observers = writer, tuple(observers)
+        self._pending: collections.deque[UtteranceTrace] = collections.deque()
+
+    def close(self, tr: UtteranceTrace) -> None:
+        self.traces.append(tr)
+        if self.writer is not None or self.observers:
+            self._pending.append(tr)
+        self.flush()
+
+    def flush(self, force: bool = False) -> None:
+        while self._pending:
+            tr = self._pending[0]
+            if not force and not tr.dropped and "first_output" not in tr.t_ns:
+                return
+            self._pending.popleft()
+            if self.writer is not None:
+                self.writer.write(tr)
+            for o in self.observers:
+                o.on_utterance(tr)
+

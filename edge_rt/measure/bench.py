@@ -1,4 +1,4 @@
-"""``edge-rt bench``: turn latency of the live loop on real speech, against a serial pipeline.
+"""``edge-rt bench``: turn latency of the live loop on real speech, against a serial pipeline and a peer stack.
 
 Each clip is replayed at real-time pace through the full loop (paced file
 source → loop → paced playback sink), followed by silence. The end of speech
@@ -8,10 +8,16 @@ endpointing) is ≥ 0.5. Turn latency = time the first translated sample of the
 utterance holding that end reaches the (simulated) device − the capture time of
 the oracle end.
 
-The **serial baseline** is what a user assembles from the same models: wait
-for 500 ms of silence after the oracle end, then transcribe the whole clip with
-a 30 s Whisper window, translate, and synthesize the whole translation before
-playing it; its latency is 500 ms + that compute, measured in the same run.
+A clip **fails** when the utterance holding the oracle end produced no speech
+(dropped, unrecognised, a stage error): it is listed in ``failed`` and never
+replaced by an earlier utterance's latency. A clip whose spoken translation
+started before the oracle end (the VAD's last "speech" frame was trailing noise
+that became no utterance) has no turn to measure and is listed in ``early``.
+
+The **serial baseline** (:mod:`edge_rt.measure.serial`) runs the loop's own
+engines one after the other on the whole utterance; ``--peer``
+(:mod:`edge_rt.measure.peer`) runs faster-whisper + the same MT + Piper/espeak.
+Both are measured in the same run, on the same clips, from the same oracle end.
 """
 
 from __future__ import annotations
@@ -29,12 +35,14 @@ from edge_rt.audio.files import read_audio
 from edge_rt.audio.sinks import PacedFileSink
 from edge_rt.audio.sources import PacedFileSource
 from edge_rt.loop.loop import Loop, LoopOptions
-from edge_rt.loop.stages import StageOptions, Stages
-from edge_rt.pack import BuiltPack
+from edge_rt.loop.stages import Stages
 from edge_rt.loop.trace import UtteranceTrace, percentiles
+from edge_rt.measure.serial import serial_turn
+from edge_rt.measure.slowdown import Slowdown
+from edge_rt.pack import BuiltPack
+from edge_rt.pipeline import StageOptions, load_stages
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME
 
-BASELINE_SILENCE_MS = 500  # the serial pipeline's end-of-turn silence (OpenAI Realtime's default)
 ORACLE_THRESHOLD = 0.5
 STAGES = ("endpoint_wait", "asr_final", "mt", "tts_first_chunk", "playback")
 
@@ -44,10 +52,16 @@ class BenchOptions:
     pack: str = "default"
     precision: str = "int8"
     threads: int = 2
+    backend: str = "auto"  # "cpu" | "tensorrt" | "auto": what runs the engines (edge_rt/backends/factory.py)
     clips: tuple[str, ...] = ()  # clip ids from manifest.jsonl; empty = all
     limit: int | None = None  # at most this many clips
     tail_s: float = 2.5  # silence after each clip
-    baseline: bool = True
+    baseline: bool = True  # the serial pipeline (same engines, one stage after the other)
+    peer: bool = False  # also the package stack: faster-whisper + same MT + Piper/espeak (dev extra)
+    peer_wait_ms: float | None = None  # the peer's end-of-speech wait (None: faster-whisper's VAD default)
+    live: bool = True  # run the real-time loop (False: only the serial pipeline and the speed check)
+    speed_repeats: int = 0  # > 0: time each stage (fastest of N) against the speed probe (perf_check.py)
+    slowdown: str = ""  # TEST HOOK ONLY: "asr=2", "all=2" ... (see slowdown.py; EDGE_RT_BENCH_SLOWDOWN)
     speech_dir: Path | None = None
     partials: bool = True  # live captions (costs compute during speech)
     # Decode + translate + synthesize ahead once a pause is this long (None: no speculation).
@@ -70,12 +84,17 @@ class ClipResult:
     target: str
     duration_s: float
     oracle_end_s: float
+    status: str  # "ok" | "failed" (the last utterance was not spoken) | "early" (no turn to measure) | "not run"
+    reason: str  # why it failed / has no turn ("" when ok)
     turn_latency_ms: float | None
-    baseline_latency_ms: float | None
+    serial_ms: float | None
+    peer_ms: float | None
     stages_ms: dict[str, float | None]
     utterances: int
     text: str
     translation: str
+    serial: dict | None = None  # the serial turn's parts (wait, asr, mt, tts ms)
+    peer: dict | None = None
     traces: list[UtteranceTrace] = field(repr=False, default_factory=list)
 
     def as_dict(self) -> dict:
@@ -117,6 +136,18 @@ def oracle_end(vad, audio: np.ndarray) -> int:
     return int((speech[-1] + 1) * VAD_FRAME) if speech.size else len(audio)
 
 
+def load_bench_stages(options: BenchOptions) -> tuple[BuiltPack, Stages]:
+    """The pack and its stages (with the test-only slowdown applied): the bench's one construction point."""
+    pack = BuiltPack.load(options.pack)
+    stages = load_stages(pack, StageOptions(precision=options.precision, threads=options.threads,
+                                            backend=options.backend))
+    slow = Slowdown.parse(options.slowdown)
+    if slow:
+        stages = Stages(*(slow.stage(n, getattr(stages, n)) for n in ("vad", "asr", "mt", "tts")),
+                        backend=stages.backend)
+    return pack, stages
+
+
 def run_clip(stages: Stages, audio: np.ndarray, options: LoopOptions, tail_s: float
              ) -> tuple[list[UtteranceTrace], PacedFileSource]:
     source = PacedFileSource(audio, tail_s=tail_s)
@@ -126,33 +157,35 @@ def run_clip(stages: Stages, audio: np.ndarray, options: LoopOptions, tail_s: fl
     return traces, source
 
 
-def serial_baseline(stages: Stages, asr30, audio: np.ndarray, end: int, target: str) -> float:
-    """500 ms silence wait + whole-clip ASR (30 s window) + MT + full TTS, in ms."""
-    t0 = time.perf_counter()
-    first = asr30.transcribe(audio[: end], language=None)
-    route = stages.route(first.language, target)
-    text = first.text
-    if route.asr_task == "translate":
-        text = asr30.transcribe(audio[: end], language=first.language, task="translate").text
-    if route.mt_pair and text:
-        text = stages.mt.translate(text, *route.mt_pair)
-    if text:
-        stages.tts.synthesize(text, target)
-    return BASELINE_SILENCE_MS + (time.perf_counter() - t0) * 1000
+@dataclass(frozen=True)
+class Turn:
+    """The live turn of one clip: its latency, the utterance that holds the end of speech, the verdict."""
+
+    latency_ms: float | None
+    trace: UtteranceTrace | None
+    status: str  # ok | failed | early
+    reason: str = ""
 
 
-def _turn(traces: list[UtteranceTrace], clock, end: int) -> tuple[float | None, UtteranceTrace | None]:
-    """Latency of the utterance that holds the oracle end of speech."""
-    spoken = [t for t in traces if "first_output" in t.t_ns and t.start_sample <= end + VAD_FRAME]
-    if not spoken:
-        return None, None
-    last = spoken[-1]
+def live_turn(traces: list[UtteranceTrace], clock, end: int) -> Turn:
+    """The turn of the utterance that holds the oracle end of speech (the last one that began before it).
+
+    When that utterance produced no speech, the clip failed: an earlier utterance's latency does not
+    stand in for it.
+    """
+    holding = [t for t in traces if t.start_sample <= end + VAD_FRAME]
+    if not holding:
+        return Turn(None, None, "failed", "no utterance was detected")
+    last = holding[-1]
+    if "first_output" not in last.t_ns:
+        why = last.dropped or "its translation was never played"
+        return Turn(None, last, "failed", f"utterance {last.utterance} produced no speech: {why}")
     latency = (last.t_ns["first_output"] - clock.ns(end)) / 1e6
     if latency < 0:
         # The translation started before the oracle's end of speech: the last sound the VAD scored
         # as speech (a breath, trailing noise) became no utterance of its own. No turn to measure.
-        return None, last
-    return latency, last
+        return Turn(None, last, "early", f"speech played {-latency:.0f} ms before the oracle end (trailing noise)")
+    return Turn(latency, last, "ok")
 
 
 def cold_start_s() -> float:
@@ -164,90 +197,105 @@ def cold_start_s() -> float:
     return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
 
 
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a and b else None
+
+
+def _measure_clip(stages, peer, c: dict, options: BenchOptions) -> tuple[ClipResult, tuple]:
+    audio = read_audio(c["path"])
+    target = options.target_for(c["lang"])
+    loop_opts = options.loop_options(target)
+    end = oracle_end(stages.vad, audio)
+    turn, traces = Turn(None, None, "not run"), []
+    if options.live:
+        traces, source = run_clip(stages, audio, loop_opts, options.tail_s)
+        turn = live_turn(traces, source.clock, end)
+    serial = serial_turn(stages, audio, end, loop_opts) if options.baseline else None
+    peer_turn = peer.turn(audio, end, c["lang"], target) if peer is not None else None
+    spoken = [t for t in traces if t.translation]
+    parts = lambda t: None if t is None else {  # noqa: E731
+        "wait_ms": t.wait_ms, "asr_ms": round(t.asr_ms, 1), "mt_ms": round(t.mt_ms, 1), "tts_ms": round(t.tts_ms, 1)}
+    res = ClipResult(
+        c["id"], c["lang"], target, round(len(audio) / SAMPLE_RATE, 2), round(end / SAMPLE_RATE, 3),
+        turn.status, turn.reason, turn.latency_ms, serial.latency_ms if serial else None,
+        peer_turn.latency_ms if peer_turn else None,
+        turn.trace.stages_ms() if turn.trace and turn.status == "ok" else {s: None for s in STAGES},
+        len(spoken), " ".join(t.text for t in spoken), " ".join(t.translation for t in spoken),
+        parts(serial), parts(peer_turn), traces)
+    return res, (audio, end, loop_opts)
+
+
 def bench(options: BenchOptions, log=lambda m: None) -> dict:
-    pack = BuiltPack.load(options.pack)
-    stages = Stages.load(pack, StageOptions(precision=options.precision, threads=options.threads))
+    pack, stages = load_bench_stages(options)
     cold = cold_start_s()
     clips = load_clips(options)
+    peer = None
+    if options.peer:
+        from edge_rt.measure.peer import PeerStack
+
+        peer = PeerStack.load(pack, stages, options.threads, options.peer_wait_ms)
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     wall0 = time.perf_counter()
-    base_stages = asr30 = None
-    if options.baseline:
-        from edge_rt.stages.asr.whisper import AsrOptions
-
-        base_stages = stages if options.precision == "fp32" else Stages.load(pack, StageOptions("fp32", options.threads))
-        asr30 = base_stages.asr.with_options(AsrOptions(precision="fp32", threads=options.threads, bucket_s=30))
     results: list[ClipResult] = []
+    inputs = []
     for c in clips:
-        audio = read_audio(c["path"])
-        target = options.target_for(c["lang"])
-        end = oracle_end(stages.vad, audio)
-        traces, source = run_clip(stages, audio, options.loop_options(target), options.tail_s)
-        latency, tr = _turn(traces, source.clock, end)
-        base = serial_baseline(base_stages, asr30, audio, end, target) if options.baseline else None
-        spoken = [t for t in traces if t.translation]
-        res = ClipResult(c["id"], c["lang"], target, round(len(audio) / SAMPLE_RATE, 2), round(end / SAMPLE_RATE, 3),
-                         latency, base, tr.stages_ms() if tr else {s: None for s in STAGES}, len(spoken),
-                         " ".join(t.text for t in spoken), " ".join(t.translation for t in spoken), traces)
+        res, inp = _measure_clip(stages, peer, c, options)
         results.append(res)
+        inputs.append(inp)
         log(res)
     wall = time.perf_counter() - wall0
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+    speed = None
+    if options.speed_repeats:
+        from edge_rt.measure.perf_check import measure_speed
+        from edge_rt.measure.probe import ProbeOptions, SpeedProbe
+
+        wrap = Slowdown.parse(options.slowdown).wrap_fn("probe")
+        probes = {n: SpeedProbe(ProbeOptions(threads=n), wrap=wrap) for n in sorted({1, options.threads})}
+        speed = measure_speed(stages, inputs, probes, options.speed_repeats, options.threads)
     lat = percentiles(r.turn_latency_ms for r in results)
-    base = percentiles((r.baseline_latency_ms for r in results), qs=(50, 95))
-    stages_pct = {s: percentiles(r.stages_ms.get(s) for r in results) for s in STAGES}
+    serial = percentiles((r.serial_ms for r in results), qs=(50, 95))
+    peer_pct = percentiles((r.peer_ms for r in results), qs=(50, 95))
+
+    def part_pct(kind: str) -> dict:
+        rows = [getattr(r, kind) for r in results if getattr(r, kind)]
+        return {k: percentiles((row[k] for row in rows), qs=(50, 95)) for k in ("asr_ms", "mt_ms", "tts_ms")}
+
+    failed = [r for r in results if r.status == "failed"]
     return {
         "pack": options.pack,
         "precision": options.precision,
+        "backend": stages.backend.name,
         "turn_latency_ms": lat,
-        "baseline_turn_latency_ms": base,
-        "speedup_p50": (base["p50"] / lat["p50"]) if options.baseline and lat["p50"] and base["p50"] else None,
-        "stages_ms": stages_pct,
+        "serial_ms": serial,
+        "serial_p50_ms": serial["p50"],
+        "serial_parts_ms": part_pct("serial") if options.baseline else None,
+        "speedup_vs_serial": _ratio(serial["p50"], lat["p50"]),
+        "peer_ms": peer_pct if peer else None,
+        "peer_p50_ms": peer_pct["p50"],
+        "peer_parts_ms": part_pct("peer") if peer else None,
+        "peer_wait_ms": peer.wait_ms if peer else None,
+        "speedup_vs_peer": _ratio(peer_pct["p50"], lat["p50"]),
+        "stages_ms": {s: percentiles(r.stages_ms.get(s) for r in results) for s in STAGES},
         "rss_mb_peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "cold_start_s": round(cold, 3),
         "cpu_percent": round(100 * cpu / wall, 1) if wall else None,
-        # no turn latency: nothing was spoken, or the VAD's last speech frame (trailing noise) came after
-        # the last translation had started (see _turn)
-        "missed": [r.id for r in results if r.turn_latency_ms is None],
+        # the utterance holding the end of speech produced no speech: a failure, not left out quietly
+        "failed": [r.id for r in failed],
+        "failures": {r.id: r.reason for r in failed},
+        "clips_measured": sum(r.turn_latency_ms is not None for r in results),
+        # spoken before the oracle end (its last "speech" frame was trailing noise): no turn to measure
+        "early": {r.id: r.reason for r in results if r.status == "early"},
+        "speed": speed,
         "loop": {"partials": options.partials, "speculate_after_ms": options.speculate_after_ms,
                  "early_commit": options.early_commit},
+        "slowdown": options.slowdown or None,
         "oracle": f"end of the last 32 ms frame with Silero p >= {ORACLE_THRESHOLD} over the whole clip",
-        "baseline": f"{BASELINE_SILENCE_MS} ms silence + whole clip, Whisper 30 s window, FP32, full-sentence TTS",
+        "serial": "the loop's engines one after the other on the whole utterance: the loop's hangover, one "
+                  "Whisper pass (smallest window, language detection picks the task), MT, first TTS chunk",
+        "peer": None if not peer else (
+            f"faster-whisper int8 (vad_filter, greedy, language given) + the same MT + piper-tts / espeak-ng "
+            f"first sentence, after faster-whisper's {peer.wait_ms:.0f} ms end-of-speech silence"),
         "clips": [r.as_dict() for r in results],
     }
-
-
-# -- perf-regression check ------------------------------------------------------------
-CHECK_TOLERANCE = 0.25  # fail when live/serial P50 grows by more than this fraction
-
-
-def latency_ratio(result: dict) -> float:
-    """Live turn-latency P50 over the serial baseline's P50, measured in the same run."""
-    live, base = result["turn_latency_ms"]["p50"], result["baseline_turn_latency_ms"]["p50"]
-    if not live or not base:
-        from edge_rt.errors import EdgeRtError
-
-        raise EdgeRtError("the bench produced no latency (missed every clip, or ran without the baseline)")
-    return live / base
-
-
-def check_regression(result: dict, recorded: dict) -> tuple[bool, str]:
-    """Compare this run's ratio with the recorded one; (ok, message)."""
-    ratio = latency_ratio(result)
-    limit = recorded["ratio_p50"] * (1 + recorded.get("tolerance", CHECK_TOLERANCE))
-    ok = ratio <= limit
-    msg = (f"live/serial turn-latency P50 ratio {ratio:.3f} (recorded {recorded['ratio_p50']:.3f}, "
-           f"limit {limit:.3f}): {'ok' if ok else 'REGRESSION'}")
-    return ok, msg
-
-
-def record_check(result: dict, clips: list[str], path: str | Path) -> dict:
-    from edge_rt.atomic import atomic_write
-
-    data = {"clips": clips, "pack": result["pack"], "precision": result["precision"],
-            "ratio_p50": round(latency_ratio(result), 4), "tolerance": CHECK_TOLERANCE,
-            "turn_latency_p50_ms": result["turn_latency_ms"]["p50"],
-            "baseline_p50_ms": result["baseline_turn_latency_ms"]["p50"]}
-    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(data, indent=2) + "\n"))
-    return data

@@ -25,7 +25,8 @@ import numpy as np
 
 from edge_rt.audio.files import read_audio, resample
 from edge_rt.measure.bench import BenchOptions, load_clips
-from edge_rt.loop.stages import StageOptions, Stages
+from edge_rt.loop.stages import Stages
+from edge_rt.pipeline import StageOptions, load_stages
 from edge_rt.pack import BuiltPack
 from edge_rt.measure.scoring import NO_SPACE_LANGS, cer, normalize, wer
 from edge_rt.translate import TranslateOptions, translate_audio
@@ -36,6 +37,7 @@ class EvalOptions:
     pack: str = "default"
     precisions: tuple[str, ...] = ("int8", "fp32")
     threads: int = 2
+    backend: str = "auto"  # "cpu" | "tensorrt" | "auto": what runs the engines (edge_rt/backends/factory.py)
     clips: tuple[str, ...] = ()
     limit: int | None = None
     spoken: bool = True  # transcribe the synthesized output back (ASR-BLEU, round-trip WER)
@@ -67,7 +69,7 @@ def _corpus_scores(hyps: list[str], refs: list[str]) -> dict:
 
 
 def evaluate_precision(pack: BuiltPack, precision: str, clips: list[dict], options: EvalOptions) -> dict:
-    stages = Stages.load(pack, StageOptions(precision=precision, threads=options.threads))
+    stages = load_stages(pack, StageOptions(precision=precision, threads=options.threads, backend=options.backend))
     per_clip = []
     by_lang: dict[str, tuple[list[str], list[str]]] = {}
     by_lang_live: dict[str, tuple[list[str], list[str]]] = {}

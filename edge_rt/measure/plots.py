@@ -33,11 +33,14 @@ def bench_plot(result: dict, path: str | Path) -> Path:
     ax1.set_title(f"per-stage latency (ms), pack {result['pack']}, {result['precision']}")
     fig.colorbar(im, ax=ax1, label="ms")
     live = [c["turn_latency_ms"] for c in clips if c["turn_latency_ms"] is not None]
-    base = [c["baseline_latency_ms"] for c in clips if c.get("baseline_latency_ms") is not None]
-    bins = np.linspace(0, max(live + base + [500]) * 1.05, 30)
+    base = [c["serial_ms"] for c in clips if c.get("serial_ms") is not None]
+    peer = [c["peer_ms"] for c in clips if c.get("peer_ms") is not None]
+    bins = np.linspace(0, max(live + base + peer + [500]) * 1.05, 30)
     ax2.hist(live, bins=bins, alpha=0.7, label="live loop")
     if base:
-        ax2.hist(base, bins=bins, alpha=0.5, label="serial baseline")
+        ax2.hist(base, bins=bins, alpha=0.5, label="serial, same engines")
+    if peer:
+        ax2.hist(peer, bins=bins, alpha=0.4, label="faster-whisper + Piper stack")
     for q, style in (("p50", "-"), ("p95", "--")):
         v = result["turn_latency_ms"][q]
         if v is not None:

@@ -48,6 +48,7 @@ class SoakOptions:
     pack: str = "default"
     precision: str = "int8"
     threads: int = 2
+    backend: str = "auto"  # "cpu" | "tensorrt" | "auto": what runs the engines (edge_rt/backends/factory.py)
     clips: tuple[str, ...] = ()  # clip ids from manifest.jsonl; empty = every English clip
     target: str = "pt"  # the clips are English: spoken in Portuguese
     silence_s: float = 3.0  # silence after each clip (longer than the hangover, so utterances end)
@@ -205,10 +206,10 @@ def _cycle(options: SoakOptions) -> tuple[np.ndarray, list[str]]:
 
 def soak(options: SoakOptions, log: Callable[[dict], None] = lambda s: None) -> dict:
     """Run the soak (takes ``options.minutes`` of real time); returns the JSON-ready report."""
-    from edge_rt.loop.stages import StageOptions, Stages
+    from edge_rt.pipeline import StageOptions, load_stages
     from edge_rt.pack import BuiltPack
 
-    stages = Stages.load(BuiltPack.load(options.pack), StageOptions(precision=options.precision,
+    stages = load_stages(BuiltPack.load(options.pack), StageOptions(precision=options.precision, backend=options.backend,
                                                                     threads=options.threads))
     cycle, ids = _cycle(options)
     duration_s = options.minutes * 60

@@ -10,7 +10,6 @@ TensorRT runtime segfaults without a driver: FACTS.md §3).
 from __future__ import annotations
 
 import glob
-import hashlib
 import importlib
 import importlib.metadata
 import os
@@ -18,39 +17,21 @@ import platform
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from edge_rt.config import COMMON_RATES, Config, check_dir
-from edge_rt.errors import EdgeRtError
+from edge_rt.ops.doctor_checks import STATUSES, Check, Gpu, blocking  # noqa: F401 (re-exported)
+from edge_rt.ops.doctor_pack import (  # noqa: F401 (re-exported)
+    check_auto_backend, check_memory, check_pack, check_tensorrt_engines)
 
 __all__ = ["Check", "run_checks", "blocking"]
 
-STATUSES = ("ok", "info", "warn", "fail")
 PACKAGES = ("numpy", "onnxruntime", "onnx", "tokenizers", "sentencepiece", "soundfile", "soxr", "rich",
             "sounddevice", "cuda-python", "tensorrt")
 REQUIRED = ("numpy", "onnxruntime", "tokenizers", "sentencepiece", "soundfile", "soxr")
 HOT_C = 85.0  # a thermal zone this hot throttles the SoC: latency will suffer
 MIN_FREE_MB = 500  # below this a recording fails soon (input audio is ~115 MB an hour)
 TOOL_TIMEOUT_S = 10
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: str  # ok | info | warn | fail
-    message: str  # what was found and, unless ok, how to fix it
-
-    def __post_init__(self):
-        if self.status not in STATUSES:
-            raise ValueError(f"check status must be one of {STATUSES}, got {self.status!r}")
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-def blocking(checks: list[Check]) -> list[Check]:
-    return [c for c in checks if c.status == "fail"]
 
 
 def _tool(args: list[str]) -> str | None:
@@ -103,16 +84,6 @@ def check_packages() -> list[Check]:
 
 
 # -- GPU -----------------------------------------------------------------------
-@dataclass(frozen=True)
-class Gpu:
-    present: bool
-    name: str = ""
-    driver: str = ""
-    compute_capability: str = ""
-    jetson: bool = False
-    how: str = ""  # which probe found it
-
-
 def probe_gpu() -> Gpu:
     """Look for an NVIDIA GPU without touching TensorRT: device nodes, nvidia-smi, Jetson markers, cuda-python."""
     jetson = Path("/etc/nv_tegra_release").exists() or bool(glob.glob("/dev/nvhost-ctrl*"))
@@ -179,72 +150,6 @@ def check_tensorrt(gpu: Gpu, version: str | None) -> Check:
         return Check("tensorrt", "warn", "a GPU is present but TensorRT does not import: engines run on the CPU; "
                      "install JetPack's python3-libnvinfer (Jetson) or TensorRT from NVIDIA")
     return Check("tensorrt", "ok", f"TensorRT {version}")
-
-
-# -- the pack -----------------------------------------------------------------
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def check_pack(config: Config, gpu: Gpu, trt: str | None, verify: bool = True) -> list[Check]:
-    from edge_rt.pack import STAGES, BuiltPack, build_command
-
-    try:
-        pack = BuiltPack.load(config.pack.name)
-    except EdgeRtError as e:
-        return [Check("pack", "fail", str(e))]
-    out = [Check("pack", "ok", f"pack '{pack.name}' at {pack.dir} (built {pack.manifest.get('built_at', '?')}, "
-                 f"edge-rt {pack.manifest.get('edge_rt_version', '?')})")]
-    rebuild = f"rebuild it with `{build_command(pack.name)} --force`"
-    for stage in STAGES:
-        entry = pack.manifest.get("stages", {}).get(stage)
-        if entry is None:
-            out.append(Check(f"pack {stage}", "fail", f"pack '{pack.name}' has no '{stage}' stage; {rebuild}"))
-            continue
-        out.append(_stage_files(pack, stage, entry, verify, rebuild))
-        out += _stage_tensorrt(stage, entry, gpu, trt, rebuild)
-    return out
-
-
-def _stage_files(pack, stage: str, entry: dict, verify: bool, rebuild: str) -> Check:
-    rels = [p for m in entry.get("models", {}).values() for p in m.values()] + list(entry.get("assets", {}).values())
-    missing = [r for r in rels if not (pack.dir / r).exists()]
-    if missing:
-        return Check(f"pack {stage}", "fail", f"missing files: {', '.join(missing)}; {rebuild}")
-    hashes = entry.get("sha256")
-    if not hashes:
-        return Check(f"pack {stage}", "warn", f"{len(rels)} files present, but the manifest records no sha256 "
-                     f"(built by an older tools/build_engines.py): integrity not verified; {rebuild}")
-    if not verify:
-        return Check(f"pack {stage}", "ok", f"{len(rels)} files present (hashes not verified: --quick)")
-    bad = [rel for rel, digest in hashes.items() if (pack.dir / rel).is_file() and _sha256(pack.dir / rel) != digest]
-    if bad:
-        return Check(f"pack {stage}", "fail", f"sha256 mismatch (corrupt or edited): {', '.join(bad)}; {rebuild}")
-    return Check(f"pack {stage}", "ok", f"{len(hashes)} files match their sha256")
-
-
-def _stage_tensorrt(stage: str, entry: dict, gpu: Gpu, trt: str | None, rebuild: str) -> list[Check]:
-    """A TensorRT engine only runs on the TensorRT version and compute capability that built it."""
-    info = entry.get("tensorrt")
-    if not isinstance(info, dict):
-        return []
-    name = f"pack {stage} tensorrt"
-    if not gpu.present:
-        return [Check(name, "info", "the pack has TensorRT engines but there is no GPU: the ONNX (CPU) models run")]
-    problems = []
-    built_v = str(info.get("version", ""))
-    if built_v and trt and built_v.split(".")[:2] != trt.split(".")[:2]:
-        problems.append(f"built with TensorRT {built_v}, this device has {trt}")
-    built_cc = str(info.get("compute_capability", ""))
-    if built_cc and gpu.compute_capability and built_cc != gpu.compute_capability:
-        problems.append(f"built for compute capability {built_cc}, this GPU is {gpu.compute_capability}")
-    if problems:
-        return [Check(name, "fail", "; ".join(problems) + f"; engines are device-specific: {rebuild} on this device")]
-    return [Check(name, "ok", f"TensorRT {built_v or '?'}, compute capability {built_cc or '?'}")]
 
 
 # -- audio --------------------------------------------------------------------

@@ -112,14 +112,14 @@ def replay_session(session: Session, options: ReplayOptions = ReplayOptions(), s
     from edge_rt.audio.sources import PacedFileSource
     from edge_rt.loop.endpoint import EndpointOptions
     from edge_rt.loop.loop import Loop, LoopOptions
-    from edge_rt.loop.stages import StageOptions, Stages
+    from edge_rt.pipeline import StageOptions, load_stages
     from edge_rt.pack import BuiltPack
 
     h = session.header
     audio = session.input_audio()  # fail on a bad recording before loading models
     pack_h, opts = h.get("pack", {}), h.get("options", {})
     if stages is None:
-        stages = Stages.load(BuiltPack.load(options.pack or pack_h.get("name", "default")),
+        stages = load_stages(BuiltPack.load(options.pack or pack_h.get("name", "default")),
                              StageOptions(precision=options.precision or pack_h.get("precision", "fp32"),
                                           threads=options.threads or pack_h.get("threads", 2)))
     loop_options = LoopOptions(target=opts["to"], source=opts.get("from"),

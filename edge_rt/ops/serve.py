@@ -113,16 +113,18 @@ class Server:
             self._stop.wait(0.2)
 
     def run(self) -> int:
-        from edge_rt.audio.devices import AudioBackendWedged, AudioDeviceError, DeviceSink, DeviceSource
+        from edge_rt.audio.devices import AudioBackendWedged, AudioDeviceError, DeviceSink, DeviceSource, rescan
         from edge_rt.loop.endpoint import EndpointOptions
         from edge_rt.loop.loop import LoopOptions
-        from edge_rt.loop.stages import StageOptions, Stages
+        from edge_rt.pipeline import StageOptions, load_stages
         from edge_rt.pack import BuiltPack
 
         c = self.config
         self.notifier.status(f"loading engines (pack {c.pack.name}, {c.pack.precision})")
         pack = BuiltPack.load(c.pack.name)
-        stages = Stages.load(pack, StageOptions(precision=c.pack.precision, threads=c.pack.threads))
+        stages = load_stages(pack, StageOptions(precision=c.pack.precision, threads=c.pack.threads,
+                                                backend=c.engine.backend))
+        self.log(f"backend: {stages.backend.name} ({stages.backend.reason})")
         options = LoopOptions(target=c.translate.to, source=c.translate.source,
                               endpoint=EndpointOptions(hangover_ms=c.loop.hangover_ms),
                               keep_traces=1000)  # always on: memory must not grow with every utterance
@@ -133,8 +135,11 @@ class Server:
             self._metrics.serve(c.metrics.port, c.metrics.bind)
         failures = 0
         while not self._stop.is_set():
-            if failures and c.audio.backend == "sounddevice":
-                _rescan_portaudio()  # PortAudio lists devices once: a re-plugged headset needs a rescan
+            if failures:  # PortAudio lists devices once: a re-plugged headset needs a rescan
+                try:
+                    rescan(c.audio.backend)
+                except AudioDeviceError as e:  # opening the device below reports what is missing
+                    self.log(f"audio device rescan: {e}")
             try:
                 source = DeviceSource(c.audio.device_in, rate=c.audio.rate_in or None, backend=c.audio.backend)
                 sink = DeviceSink(c.audio.device_out, rate=c.audio.rate_out or None, backend=c.audio.backend)
@@ -212,14 +217,3 @@ class Server:
             lost = observer.stalled or (error and isinstance(error[0], AudioDeviceError))
             recording.close(stopped_by="signal" if self._stop.is_set() else "audio" if lost else "error")
         return (error[0] if error else None), observer.stalled
-
-
-def _rescan_portaudio() -> None:
-    """Re-initialise PortAudio so it sees devices plugged in since it started (no streams are open here)."""
-    try:
-        import sounddevice as sd
-
-        sd._terminate()  # sounddevice 0.5 has no public rescan; these are what it calls at import/exit
-        sd._initialize()
-    except Exception:  # ImportError, OSError, PortAudioError: opening the device reports the real problem
-        pass

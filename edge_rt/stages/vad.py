@@ -8,11 +8,15 @@ the recurrent state is carried from call to call.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from edge_rt.backends.ort import OrtEngine, SessionOptions
+from edge_rt.backends.base import Engine
 from edge_rt.pack import BuiltPack
+
+if TYPE_CHECKING:
+    from edge_rt.backends.factory import EngineFactory
 from edge_rt.units import SAMPLE_RATE, VAD_CONTEXT, VAD_FRAME
 
 STATE_SHAPE = (2, 1, 128)  # Silero's LSTM state: (h, c) x batch x 128
@@ -33,26 +37,29 @@ class SileroVad:
     returns the speech probability in [0, 1].
     """
 
-    def __init__(self, engine: OrtEngine):
+    def __init__(self, engine: Engine):
         self._engine = engine
         self._input = np.zeros((1, VAD_CONTEXT + VAD_FRAME), dtype=np.float32)
         self._state = np.zeros(STATE_SHAPE, dtype=np.float32)
         self._sr = np.array(SAMPLE_RATE, dtype=np.int64)
         self._prob = np.zeros((1, 1), dtype=np.float32)
         self._state_out = np.zeros(STATE_SHAPE, dtype=np.float32)
-        # Bound once: each frame copies in, runs and copies the state back, allocating nothing.
+        # Bound once: each frame copies in and runs, allocating nothing. The backend carries
+        # stateN into state itself (on a GPU it never leaves the device); only the
+        # probability is read on the host.
         self._step = engine.bind({"input": self._input, "state": self._state, "sr": self._sr},
-                                 {"output": self._prob, "stateN": self._state_out})
+                                 {"output": self._prob, "stateN": self._state_out},
+                                 device_resident={"state": "stateN"}, host_outputs=("output",))
 
     @classmethod
-    def from_pack(cls, pack: BuiltPack, options: VadOptions = VadOptions()) -> "SileroVad":
-        path = pack.model("vad", "silero", options.precision)
-        return cls(OrtEngine(path, SessionOptions(intra_op_threads=options.threads)))
+    def from_pack(cls, pack: BuiltPack, options: VadOptions = VadOptions(), *, engines: EngineFactory) -> "SileroVad":
+        """The pack's VAD on the engines ``engines`` builds (see :mod:`edge_rt.backends.factory`)."""
+        return cls(engines.load("vad", "silero", precision=options.precision, threads=options.threads))
 
     def reset(self) -> None:
         """Forget the recurrent state and context (start of a new stream)."""
         self._input[:] = 0.0
-        self._state[:] = 0.0
+        self._step.reset_state()
 
     def __call__(self, frame: np.ndarray) -> float:
         """Speech probability of one frame of ``VAD_FRAME`` float32 samples at 16 kHz."""
@@ -62,7 +69,6 @@ class SileroVad:
         self._input[0, :VAD_CONTEXT] = self._input[0, -VAD_CONTEXT:]
         self._input[0, VAD_CONTEXT:] = frame
         self._step.run()
-        self._state[...] = self._state_out
         return float(self._prob[0, 0])
 
     def probabilities(self, audio: np.ndarray) -> np.ndarray:

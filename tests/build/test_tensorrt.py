@@ -7,9 +7,12 @@ import json
 
 import pytest
 
-from edge_rt.build.tensorrt import (TensorRtBuildError, TensorRtOptions, bucket_bindings, build_engines,
-                                    engine_precision, onnx_inputs, profile_shapes)
-from edge_rt.backends.compat import current_environment
+from edge_rt.build.tensorrt import (TIMING_CACHE, BuildRequest, TensorRtBuildError, TensorRtOptions, attempts,
+                                    bucket_bindings, build_engines, engine_precision, onnx_inputs, profile_shapes,
+                                    restamp_calibration_cache)
+from edge_rt.backends.compat import TrtEnvironment, auto_backend_reason, current_environment
+from edge_rt.build.calibration.table import parse_trt_cache, trt_cache_text
+from edge_rt.pack import BuiltPack
 from edge_rt.units import bucket_frames, bucket_positions
 
 
@@ -52,9 +55,11 @@ def test_unbound_dimension_is_named():
 
 def test_precision_choice():
     static = {"precision": "int8", "recipe": {"mode": "static"}, "calibration_tables": "int8/x.calibration"}
+    twin = {**static, "trt": {"file": "int8_trt/x.onnx", "backend": "tensorrt"}}
     dynamic = {"precision": "int8", "recipe": {"mode": "dynamic"}}
     fell_back = {"precision": "fp32", "calibration_tables": None}
-    assert engine_precision(static, False) == ("int8", "int8")  # explicit Q/DQ
+    assert engine_precision(twin, False) == ("int8", "int8_trt")  # the symmetric Q/DQ twin made for TensorRT
+    assert engine_precision(static, False) == ("fp16", "fp32")  # the CPU's asymmetric INT8 never goes to TensorRT
     assert engine_precision(dynamic, False) == ("fp16", "fp32")  # TensorRT has no DynamicQuantizeLinear
     assert engine_precision(fell_back, False) == ("fp16", "fp32")  # FP16 where INT8 fell back
     assert engine_precision(None, False) == ("fp16", "fp32")
@@ -87,3 +92,95 @@ def test_engine_build_on_gpu(tmp_path, tiny_pack):
     stages = {"vad": json.loads(json.dumps(tiny_pack.stage("vad")))}
     section = build_engines(tiny_pack.dir, stages, tiny_pack.manifest.get("int8", {}), {}, TensorRtOptions(force=True))
     assert section["status"] == "built" and "vad/silero" in section["engines"]
+
+
+ORIN = TrtEnvironment("10.3.0.30", "Orin (nvgpu)", "8.7", 7620)
+
+
+def tensorrt_like_builder(calls):
+    """Stands in for TensorRT on CPU with its two refusals that matter here: an ONNX file it cannot
+    parse, and explicit-quantization Q/DQ with a non-zero zero point (TensorRT takes only symmetric INT8)."""
+    import onnx
+    from onnx import numpy_helper
+
+    def build(req: BuildRequest) -> dict:
+        calls.append((req.src.name, req.precision))
+        model = onnx.load(str(req.src))  # the parser
+        if req.precision == "int8":
+            inits = {i.name: i for i in model.graph.initializer}
+            for node in model.graph.node:
+                if node.op_type in ("QuantizeLinear", "DequantizeLinear") and len(node.input) > 2:
+                    zp = inits.get(node.input[2])
+                    if zp is not None and numpy_helper.to_array(zp).any():
+                        raise RuntimeError(f"{node.name}: TensorRT only supports symmetric INT8 (zero point 0)")
+        req.timing_cache.write_bytes(b"timing")
+        req.dst.write_bytes(b"plan:" + req.src.name.encode() + req.precision.encode())
+        return {"activation_bytes": 1 << 20}
+    return build
+
+
+@pytest.fixture
+def pack_dir(tmp_path, tiny_pack):
+    """The tiny pack's ONNX files (linked), with the pt-en Marian decoder replaced by bytes no parser reads."""
+    d = tmp_path / "tiny"
+    (d / "fp32").mkdir(parents=True)
+    for f in (tiny_pack.dir / "fp32").iterdir():
+        (d / "fp32" / f.name).symlink_to(f)
+    (d / "fp32" / "marian_pt-en_decoder.onnx").unlink()
+    (d / "fp32" / "marian_pt-en_decoder.onnx").write_bytes(b"not an onnx model")
+    (d / "int8").symlink_to(tiny_pack.dir / "int8")
+    if (tiny_pack.dir / "int8_trt").is_dir():
+        (d / "int8_trt").symlink_to(tiny_pack.dir / "int8_trt")
+    return d
+
+
+def test_one_model_failing_falls_back_and_the_pack_is_still_written(pack_dir, tiny_pack):
+    from edge_rt.build.report import render_report
+
+    manifest = json.loads(json.dumps(tiny_pack.manifest))
+    stages = {k: manifest["stages"][k] for k in ("asr", "mt")}
+    # The encoder's TensorRT twin replaced by the CPU's asymmetric INT8: a twin TensorRT must refuse.
+    enc_files = stages["asr"]["models"]["encoder"]
+    enc_files["int8_trt"] = enc_files["int8"]
+    manifest["int8"]["stages"]["asr"]["models"]["encoder"]["trt"] = {"file": enc_files["int8"], "backend": "tensorrt"}
+    calls, lines = [], []
+    section = build_engines(pack_dir, stages, manifest["int8"], {}, TensorRtOptions(), log=lines.append,
+                            environment=lambda: ORIN, builder=tensorrt_like_builder(calls))
+    engines = section["engines"]
+    assert section["status"] == "built" and section["tensorrt_version"] == "10.3.0.30"
+    assert section["gpu_memory_mb"] == 7620 and section["compute_capability"] == "8.7"
+    enc = engines["asr/encoder"]  # asymmetric Q/DQ: TensorRT refuses, FP16 serves
+    assert enc["backend"] == "tensorrt" and enc["precision"] == "fp16" and enc["source"] == "fp32/whisper_encoder.onnx"
+    assert enc["fallbacks"][0]["from"] == "int8" and "symmetric INT8" in enc["fallbacks"][0]["reason"]
+    bad = engines["mt/pt-en/decoder"]
+    assert bad["backend"] == "onnxruntime" and bad["file"] is None
+    assert bad["fallbacks"][0]["to"] == "onnxruntime" and "DecodeError" in bad["fallbacks"][0]["reason"]
+    ok = engines["mt/en-pt/decoder"]
+    assert ok["backend"] == "tensorrt" and ok["fallbacks"] == [] and ok["activation_bytes"] == 1 << 20
+    assert ok["shapes"][0]["vocab_ids"] == [[64], [1024], [32000]] and (pack_dir / ok["file"]).is_file()
+    assert section["fallbacks"] == 2 and any("falling back to onnxruntime" in ln for ln in lines)
+    manifest["stages"], manifest["tensorrt"] = stages, section
+    (pack_dir / "manifest.json").write_text(json.dumps(manifest))
+    pack = BuiltPack.load(pack_dir)
+    assert auto_backend_reason(pack, here=ORIN)[0] == "tensorrt"
+    assert "mt/pt-en/decoder" in render_report(manifest)
+
+    calls.clear()  # a second build keeps every engine and reuses the timing cache
+    again = build_engines(pack_dir, stages, manifest["int8"], manifest, TensorRtOptions(), log=lines.append,
+                          environment=lambda: ORIN, builder=tensorrt_like_builder(calls))
+    assert again["timing_cache_reused"] and (pack_dir / TIMING_CACHE).read_bytes() == b"timing"
+    assert again["engines"]["mt/en-pt/decoder"] == ok and ("whisper_encoder.onnx", "fp16") not in calls
+
+
+def test_fallback_order():
+    assert attempts("int8", "int8_trt") == [("int8", "int8_trt"), ("fp16", "fp32")]
+    assert attempts("int8", "fp32") == [("int8", "fp32"), ("fp16", "fp32")]
+    assert attempts("fp16", "fp32") == [("fp16", "fp32")]
+
+
+def test_calibration_cache_is_stamped_with_the_real_version():
+    text = trt_cache_text({"x": (-1.0, 2.54)})  # written on a CPU: the default 10.3.0 header
+    version, scales = parse_trt_cache(restamp_calibration_cache(text, "10.7.0.23"))
+    assert version == 100700 and scales == parse_trt_cache(text)[1]
+    with pytest.raises(Exception, match="not a TensorRT entropy calibration cache"):
+        restamp_calibration_cache("garbage\n", "10.7.0")

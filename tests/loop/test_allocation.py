@@ -10,7 +10,7 @@ from edge_rt.audio.sinks import TimelineSink
 from edge_rt.audio.sources import FastFileSource
 from edge_rt.loop.loop import Loop, LoopOptions
 from edge_rt.loop.observer import LoopObserver
-from edge_rt.loop.stages import Stages
+from edge_rt.pipeline import load_stages
 
 
 class _Snapshots(LoopObserver):
@@ -24,7 +24,7 @@ class _Snapshots(LoopObserver):
 
 
 def test_hops_do_not_grow_memory(tiny_pack):
-    stages = Stages.load(tiny_pack)
+    stages = load_stages(tiny_pack)
     rng = np.random.default_rng(0)
     quiet_room = (0.001 * rng.standard_normal(16000 * 40)).astype(np.float32)  # 40 s, no speech
     source = FastFileSource(quiet_room)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from edge_rt.audio.files import read_audio
+from edge_rt.backends.factory import OrtEngines
 from tests.jack import RATE, Harness, start_edge_rt
 
 
@@ -33,7 +34,7 @@ def test_live_run_translates_speech_into_the_headset(jack, default_pack, speech_
         trace_path = tmp_path / "trace.jsonl"
         proc, lines = start_edge_rt(
             ["run", "--to", "pt", "--from", "en", "--device-in", "0", "--device-out", "0", "--rate-in", str(RATE),
-             "--rate-out", str(RATE), "--trace", str(trace_path), "--backend", backend], harness)
+             "--rate-out", str(RATE), "--trace", str(trace_path), "--audio-backend", backend], harness)
         harness.play()
         while not harness.done_playing:
             time.sleep(0.1)
@@ -57,7 +58,7 @@ def test_live_run_translates_speech_into_the_headset(jack, default_pack, speech_
     assert np.sqrt(np.mean(recorded**2)) > 0.005, "nothing was played"
     from edge_rt.stages.asr.whisper import Asr
 
-    heard = Asr.from_pack(default_pack).transcribe(recorded, language="pt").text
+    heard = Asr.from_pack(default_pack, engines=OrtEngines(default_pack)).transcribe(recorded, language="pt").text
     expected = _words(" ".join(t["translation"] for t in spoken))
     got = _words(heard)
     assert len(expected & got) >= 0.4 * len(expected), (heard, expected)

@@ -9,13 +9,13 @@ from edge_rt.audio.files import read_audio
 from edge_rt.audio.sinks import TimelineSink
 from edge_rt.audio.sources import FastFileSource
 from edge_rt.loop.loop import Loop, LoopOptions
-from edge_rt.loop.stages import Stages
+from edge_rt.pipeline import load_stages
 from edge_rt.loop.trace import EVENTS
 
 
 @pytest.fixture(scope="module")
 def stages(tiny_pack):
-    return Stages.load(tiny_pack)
+    return load_stages(tiny_pack)
 
 
 def _run(stages, audio, **kw):

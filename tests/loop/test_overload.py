@@ -20,6 +20,7 @@ from edge_rt.audio.sources import PacedFileSource
 from edge_rt.loop.loop import Loop, LoopOptions
 from edge_rt.loop.overload import OverloadOptions
 from edge_rt.loop.stages import Stages
+from edge_rt.pipeline import load_stages
 from edge_rt.units import SAMPLE_RATE
 
 SPEED = 3.0  # speech arrives this many times faster than real time
@@ -90,7 +91,7 @@ def speech(speech_dir) -> np.ndarray:
 
 
 def _overloaded(tiny_pack, speech, overload: OverloadOptions, give_up: bool = False):
-    base = Stages.load(tiny_pack)
+    base = load_stages(tiny_pack)
     asr = SlowAsr(base.asr)
     stages = Stages(base.vad, asr, base.mt, base.tts)
     source = PacedFileSource(speech, tail_s=1.0, speed=SPEED)

@@ -1,29 +1,57 @@
-"""The bench's pure parts: the regression check on the live/serial ratio, the oracle end of speech."""
+"""The bench's pure parts: which utterance is the turn (and when a clip failed), the oracle end of speech."""
 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
-from edge_rt.measure.bench import check_regression, latency_ratio, oracle_end
-from edge_rt.errors import EdgeRtError
+from edge_rt.audio.clock import CaptureClock
+from edge_rt.loop.trace import UtteranceTrace
+from edge_rt.measure.bench import live_turn, oracle_end
+from edge_rt.units import SAMPLE_RATE, VAD_FRAME
 
-
-def _result(live: float, serial: float) -> dict:
-    return {"turn_latency_ms": {"p50": live}, "baseline_turn_latency_ms": {"p50": serial}}
-
-
-def test_regression_check_passes_within_tolerance_and_fails_beyond():
-    recorded = {"ratio_p50": 0.34, "tolerance": 0.25}
-    ok, msg = check_regression(_result(400, 1000), recorded)  # 0.40 <= 0.425
-    assert ok and "ok" in msg
-    ok, msg = check_regression(_result(450, 1000), recorded)  # 0.45 > 0.425
-    assert not ok and "REGRESSION" in msg
+S = SAMPLE_RATE  # one second of samples
 
 
-def test_a_run_without_latency_is_an_error_not_a_pass():
-    with pytest.raises(EdgeRtError, match="no latency"):
-        latency_ratio(_result(None, 1000))
+def _clock() -> CaptureClock:
+    clock = CaptureClock()
+    clock.anchor(0, 0)  # sample 0 captured at t = 0 ns: sample n at n / 16000 s
+    return clock
+
+
+def _spoken(n: int, start: int, first_output_s: float) -> UtteranceTrace:
+    tr = UtteranceTrace(n, start_sample=start, translation="olá")
+    tr.stamp("first_output", int(first_output_s * 1e9))
+    return tr
+
+
+def test_the_turn_is_the_utterance_holding_the_end_of_speech():
+    traces = [_spoken(1, 0, 1.5), _spoken(2, 2 * S, 3.4)]
+    turn = live_turn(traces, _clock(), end=3 * S)
+    assert turn.status == "ok" and turn.trace.utterance == 2
+    assert abs(turn.latency_ms - 400) < 1e-6
+
+
+def test_a_dropped_last_utterance_fails_the_clip_instead_of_falling_back():
+    dropped = UtteranceTrace(2, start_sample=2 * S, dropped="no speech recognised (silence or noise)")
+    turn = live_turn([_spoken(1, 0, 1.5), dropped], _clock(), end=3 * S)
+    assert turn.status == "failed" and turn.latency_ms is None
+    assert "utterance 2" in turn.reason and "no speech recognised" in turn.reason
+    # the same holds when the last utterance was translated but never reached the device
+    unplayed = UtteranceTrace(2, start_sample=2 * S, translation="olá")
+    assert live_turn([_spoken(1, 0, 1.5), unplayed], _clock(), end=3 * S).status == "failed"
+    assert live_turn([], _clock(), end=3 * S).status == "failed"
+
+
+def test_speech_played_before_the_oracle_end_is_early_not_a_latency():
+    # the last "speech" frame (trailing noise at 4 s) came after the only translation had started playing
+    turn = live_turn([_spoken(1, 0, 3.0)], _clock(), end=4 * S)
+    assert turn.status == "early" and turn.latency_ms is None and "1000 ms" in turn.reason
+
+
+def test_an_utterance_starting_after_the_end_is_not_the_turn():
+    late = UtteranceTrace(3, start_sample=3 * S + 2 * VAD_FRAME, dropped="noise")
+    turn = live_turn([_spoken(1, 0, 3.2), late], _clock(), end=3 * S)
+    assert turn.status == "ok" and turn.trace.utterance == 1
 
 
 class _FakeVadProbs:

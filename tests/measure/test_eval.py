@@ -16,8 +16,11 @@ def test_eval_scores_the_engines_and_the_product_path(tiny_pack):
         res = r["precisions"][p]
         assert set(res["asr"]) == {"en"}  # tiny.en cannot recognise French: that clip is skipped
         assert res["asr"]["en"]["n"] == 3
-        assert res["asr"]["en"]["value"] <= 15.0, res["asr"]
-        assert res["asr_live_segmentation"]["en"]["value"] <= 30.0
+        # Measured on both precisions: 1.85 % (1 error in the 54 reference words) on the whole clips,
+        # 11.1 % (int8) / 9.3 % (fp32) through the loop's segmentation. Greedy decoding of fixed weights:
+        # allow one more error on the whole clips and two more through the loop.
+        assert res["asr"]["en"]["value"] <= 3.8, res["asr"]
+        assert res["asr_live_segmentation"]["en"]["value"] <= 15.0, res["asr_live_segmentation"]
         assert "spoken_roundtrip_wer" not in res  # tiny.en cannot hear the Portuguese output back
     assert "en" in r["int8_minus_fp32"]["asr"]
 

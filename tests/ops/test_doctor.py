@@ -10,7 +10,10 @@ import sys
 import pytest
 
 from edge_rt.config import Config
-from edge_rt.ops.doctor import Check, Gpu, _stage_tensorrt, check_pack, probe_gpu
+from edge_rt.backends.compat import TrtEnvironment
+from edge_rt.ops.doctor import (Check, Gpu, check_auto_backend, check_memory, check_pack, check_tensorrt_engines,
+                               probe_gpu)
+from edge_rt.pack import BuiltPack
 from tests.jack import RATE
 
 
@@ -80,14 +83,59 @@ def test_pack_hashes_are_checked(default_pack, tmp_path):
     assert bad.status == "fail" and tok in bad.message and "--force" in bad.message
 
 
-def test_tensorrt_engines_must_match_the_device():
-    entry = {"tensorrt": {"version": "10.3.0", "compute_capability": "8.7"}}
-    ok = _stage_tensorrt("asr", entry, Gpu(True, compute_capability="8.7"), "10.3.1", "rebuild")
-    assert [c.status for c in ok] == ["ok"]
-    bad = _stage_tensorrt("asr", entry, Gpu(True, compute_capability="7.2"), "8.5.2", "rebuild")
-    assert bad[0].status == "fail" and "8.5.2" in bad[0].message and "7.2" in bad[0].message
-    cpu = _stage_tensorrt("asr", entry, Gpu(False), None, "rebuild")
-    assert cpu[0].status == "info"
+ORIN = TrtEnvironment("10.3.0.30", "Orin (nvgpu)", "8.7", 7620)
+
+
+@pytest.fixture
+def trt_pack(tmp_path, tiny_pack):
+    """The tiny pack's manifest with the tensorrt section build/tensorrt.py writes (one plan, one fall-back)."""
+    d = tmp_path / "tiny"
+    (d / "tensorrt").mkdir(parents=True)
+    for sub in ("fp32", "int8", "assets"):
+        (d / sub).symlink_to(tiny_pack.dir / sub)
+    (d / "tensorrt" / "vad_silero.fp16.plan").write_bytes(b"x" * 4096)
+    manifest = json.loads(json.dumps(tiny_pack.manifest))
+    from edge_rt.build.files import sha256_file
+
+    manifest["tensorrt"] = {"status": "built", **ORIN.as_dict(), "timing_cache": "tensorrt/timing.cache", "engines": {
+        "vad/silero": {"backend": "tensorrt", "file": "tensorrt/vad_silero.fp16.plan", "precision": "fp16",
+                       "sha256": sha256_file(d / "tensorrt" / "vad_silero.fp16.plan"), "engine_bytes": 4096,
+                       "activation_bytes": 3 << 20, "fallbacks": []},
+        "mt/pt-en/decoder": {"backend": "onnxruntime", "file": None, "fallbacks": [
+            {"from": "fp16", "to": "onnxruntime", "reason": "ParserError: unsupported op"}]}}}
+    (d / "manifest.json").write_text(json.dumps(manifest))
+    return BuiltPack.load(d)
+
+
+def test_tensorrt_engines_are_read_from_what_the_build_writes(trt_pack):
+    ok = {c.name: c for c in check_tensorrt_engines(trt_pack, Gpu(True), ORIN)}
+    assert ok["pack tensorrt"].status == "ok" and "1 of 2 models built for TensorRT 10.3.0.30" in ok["pack tensorrt"].message
+    assert ok["tensorrt mt/pt-en/decoder"].status == "warn" and "ParserError" in ok["tensorrt mt/pt-en/decoder"].message
+    other = TrtEnvironment("10.3.0.31", "Orin (nvgpu)", "8.7", 15000)
+    bad = check_tensorrt_engines(trt_pack, Gpu(True), other)[0]
+    assert bad.status == "fail" and "10.3.0.31" in bad.message and "--pack tiny --force" in bad.message
+    assert check_tensorrt_engines(trt_pack, Gpu(False), None)[0].status == "info"
+    (trt_pack.dir / "tensorrt" / "vad_silero.fp16.plan").write_bytes(b"y" * 4096)
+    files = {c.name: c for c in check_tensorrt_engines(trt_pack, Gpu(True), ORIN)}["pack tensorrt files"]
+    assert files.status == "fail" and "vad_silero.fp16.plan" in files.message
+
+
+def test_auto_backend_line_says_which_and_why(tiny_pack):
+    check = check_auto_backend(tiny_pack)
+    assert check.message.startswith("--backend auto runs on ")
+    if tiny_pack.manifest["tensorrt"]["status"] != "built":
+        assert "runs on cpu" in check.message and "no TensorRT engines" in check.message
+
+
+def test_memory_budget_for_an_orin_nano(trt_pack):
+    checks = {c.name: c for c in check_memory(trt_pack, measure=True)}
+    assert "TensorRT plans 0 MB (1 models)" in checks["memory engines"].message
+    assert "TensorRT recorded 1 of" in checks["memory activations"].message
+    host = checks["memory host"].message
+    assert float(host.split("+")[1].split(" MB")[0]) > 20  # the tiny pack's models really loaded
+    for backend in ("cpu", "tensorrt"):
+        verdict = checks[f"memory 8 GB Orin Nano ({backend})"]
+        assert verdict.status in ("ok", "warn") and "of 8192 MB" in verdict.message
 
 
 def test_check_status_is_validated():

@@ -11,7 +11,7 @@ from edge_rt.audio.files import read_audio
 from edge_rt.audio.sinks import TimelineSink
 from edge_rt.audio.sources import FastFileSource
 from edge_rt.loop.loop import Loop, LoopOptions
-from edge_rt.loop.stages import Stages
+from edge_rt.pipeline import load_stages
 from edge_rt.ops.metrics import Metrics
 
 
@@ -22,7 +22,7 @@ def _free_port() -> int:
 
 
 def test_metrics_count_utterances_and_latency_and_serve_on_loopback(tiny_pack, speech_dir):
-    stages = Stages.load(tiny_pack)
+    stages = load_stages(tiny_pack)
     audio = read_audio(speech_dir / "en_jfk.wav")
     source = FastFileSource(audio)
     sink = TimelineSink(22050, now_s=lambda: source.ring.read_index / 16000)

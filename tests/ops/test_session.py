@@ -71,7 +71,7 @@ def test_recorder_and_flight_recorder(default_pack, speech_dir, tmp_path):
     from edge_rt.audio.sources import FastFileSource
     from edge_rt.ops.flight import FlightOptions
     from edge_rt.loop.loop import Loop, LoopOptions
-    from edge_rt.loop.stages import Stages
+    from edge_rt.pipeline import load_stages
     from edge_rt.ops.session import Recording, live_header
 
     audio = read_audio(speech_dir / "en_jfk.wav")
@@ -80,7 +80,7 @@ def test_recorder_and_flight_recorder(default_pack, speech_dir, tmp_path):
     options = LoopOptions(target="pt", source="en", partials=False)
     rec = Recording(tmp_path / "s", live_header("default", "fp32", 2, options, source, sink, 1.0), sink,
                     flight=FlightOptions(latency_budget_ms=1.0, seconds=5))  # 1 ms: every utterance is late
-    loop = Loop(Stages.load(default_pack), source, rec.sink, options, observers=rec.observers)
+    loop = Loop(load_stages(default_pack), source, rec.sink, options, observers=rec.observers)
     traces = loop.run()
     rec.flight.on_error(RuntimeError("asr exploded"), traces[0])  # as the loop reports a stage failure
     rec.close()

@@ -9,6 +9,7 @@ import onnxruntime as ort
 import pytest
 
 from edge_rt.audio.files import read_audio
+from edge_rt.backends.factory import OrtEngines
 from edge_rt.build.packs import PackSpec, cache_dir, obtain_wheel
 from edge_rt.loop.endpoint import Endpointer
 from edge_rt.stages.vad import SileroVad
@@ -17,7 +18,7 @@ from edge_rt.units import VAD_CONTEXT, VAD_FRAME
 
 @pytest.fixture(scope="module")
 def vad(default_pack):
-    return SileroVad.from_pack(default_pack)
+    return SileroVad.from_pack(default_pack, engines=OrtEngines(default_pack))
 
 
 def _upstream_probs(audio: np.ndarray) -> np.ndarray:
@@ -89,3 +90,30 @@ def _utterances(probs) -> list[tuple[int, int]]:
 def test_wrong_frame_size_is_named(vad):
     with pytest.raises(ValueError, match="512 samples"):
         vad(np.zeros(480, np.float32))
+
+
+class _BindOnly:
+    """Like the TensorRT runner: no allocating run(); records what bind() was asked to carry."""
+
+    def __init__(self, engine):
+        self._engine, self.carry = engine, []
+
+    def run(self, inputs):
+        raise AssertionError("the VAD called the allocating Engine.run()")
+
+    def bind(self, inputs, outputs, **carry):
+        self.carry.append(carry)
+        return self._engine.bind(inputs, outputs, **carry)
+
+
+def test_state_is_carried_by_the_backend_and_reset(default_pack, speech_dir):
+    from edge_rt.backends.ort import OrtEngine, SessionOptions
+
+    engine = _BindOnly(OrtEngine(default_pack.model("vad", "silero"), SessionOptions(intra_op_threads=1)))
+    vad = SileroVad(engine)
+    assert engine.carry == [{"device_resident": {"state": "stateN"}, "host_outputs": ("output",)}]
+    audio = read_audio(speech_dir / "en_jfk.wav")[: 100 * VAD_FRAME]
+    first = vad.probabilities(audio)
+    assert (first > 0.5).any() and np.ptp(first) > 0.5  # the state matters: speech is found
+    vad(audio[:VAD_FRAME])  # leaves state behind; probabilities() resets it first
+    np.testing.assert_array_equal(vad.probabilities(audio), first)

@@ -68,6 +68,16 @@ class Calibration:
         except (ValueError, KeyError, TypeError, IndexError) as e:
             raise CalibrationError(f"{where} is not a calibration table ({e}); delete it and build again") from e
 
+    def symmetric(self) -> "Calibration":
+        """The same calibration with every range made symmetric, ``(-a, a)`` with ``a = max(|lo|, |hi|)``.
+
+        TensorRT's INT8 has no zero point: a range [lo, hi] can only be represented as [-a, a]
+        (a one-sided tensor loses one bit). No second calibration: the same thresholds, widened.
+        """
+        ranges = {k: (-max(abs(lo), abs(hi)), max(abs(lo), abs(hi))) for k, (lo, hi) in self.ranges.items()}
+        rules = {k: f"symmetric of {v}" for k, v in self.rules.items()}
+        return Calibration(ranges, rules, self.samples, self.method, {**self.options, "symmetric": True})
+
     def tensors_data(self):
         """ONNX Runtime's ``TensorsData`` for ``quantize_static`` / ``write_calibration_table``."""
         from onnxruntime.quantization.calibrate import CalibrationMethod, TensorData, TensorsData
@@ -240,9 +250,13 @@ class CalibratingEngine:
         self._record(inputs)
         return self._engine.run(inputs)
 
-    def bind(self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]) -> "_CalibratingBound":
-        """The wrapped engine's bound step; each run first records the buffers' current contents."""
-        return _CalibratingBound(self, self._engine.bind(inputs, outputs), inputs)
+    def bind(self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray],
+             **carry) -> "_CalibratingBound":
+        """The wrapped engine's bound step; each run first records the buffers' current contents.
+
+        ``carry`` (``device_resident``, ``host_outputs``) goes to the wrapped engine unchanged.
+        """
+        return _CalibratingBound(self, self._engine.bind(inputs, outputs, **carry), inputs)
 
 
 class _CalibratingBound:
@@ -252,3 +266,10 @@ class _CalibratingBound:
     def run(self) -> None:
         self._owner._record(self._inputs)
         self._inner.run()
+
+    def reset_state(self) -> None:
+        self._inner.reset_state()
+
+    def output(self, name: str) -> np.ndarray:
+        """The wrapped step's data-dependent output (Piper's waveform)."""
+        return self._inner.output(name)

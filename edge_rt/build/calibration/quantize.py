@@ -21,6 +21,12 @@ ONNX Runtime's dynamic quantizer has no ``Gemm``: a selected ``Gemm`` (Whisper's
 projection, 69 % of a decoder step) is first rewritten as ``MatMul`` by a transposed copy of
 its weight (:func:`gemm_as_matmul`), which the quantizer then stores as int8; a weight that
 other nodes read too (the token embedding's ``Gather``) keeps its float original for them.
+
+``symmetric=True`` is the TensorRT form (issue 12): TensorRT's explicit quantization accepts
+only INT8 Q/DQ with zero point 0, so activations *and* weights are symmetric, weights per
+channel, biases stay float (an INT32 bias ``DequantizeLinear`` is not INT8) and only the
+inputs of MatMul/Gemm/Conv get Q/DQ, where TensorRT fuses them into its INT8 kernels.
+:func:`trt_qdq_problems` checks a model for exactly that.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from edge_rt.build.calibration.calibrate import Calibration
 from edge_rt.errors import EdgeRtError
 
 __all__ = ["QuantizationError", "QuantRecipe", "select_nodes", "tensors_to_calibrate", "quantize", "check_onnx",
-           "gemm_as_matmul"]
+           "gemm_as_matmul", "trt_qdq_problems"]
 
 
 class QuantizationError(EdgeRtError, ValueError):
@@ -56,12 +62,17 @@ class QuantRecipe:
     quantize_outputs: tuple[str, ...] = ("Conv", "ConvTranspose")  # op types whose outputs get Q/DQ (QLinearConv)
     split_outliers: float | None = 8.0  # outlier ratio (see outliers.py); None = no split
     max_outliers: int = 32
+    symmetric: bool = False  # zero point 0 everywhere and float biases: the TensorRT (explicit Q/DQ) form
 
     def __post_init__(self) -> None:
         if self.mode not in ("static", "dynamic"):
             raise ValueError(f"QuantRecipe.mode must be 'static' or 'dynamic', not {self.mode!r}")
         if self.activations not in ("int8", "uint8"):
             raise ValueError(f"QuantRecipe.activations must be 'int8' or 'uint8', not {self.activations!r}")
+        if self.symmetric and (self.mode != "static" or self.activations != "int8" or self.reduce_range):
+            raise ValueError("QuantRecipe.symmetric (TensorRT) needs mode='static', activations='int8' and no "
+                             f"reduce_range, not mode={self.mode!r}, activations={self.activations!r}, "
+                             f"reduce_range={self.reduce_range}")
         for pat in self.exclude:
             try:
                 re.compile(pat)
@@ -160,7 +171,8 @@ def quantize(model_path: Path, calibration: Calibration | None, nodes: list[str]
                 activation_type=act, weight_type=QuantType.QInt8, nodes_to_quantize=nodes,
                 op_types_to_quantize=list(recipe.op_types), calibrate_method=CalibrationMethod.Entropy,
                 calibration_cache_path=str(cache),
-                extra_options={"OpTypesToExcludeOutputQuantization": excluded_outputs, "DedicatedQDQPair": True},
+                extra_options={"OpTypesToExcludeOutputQuantization": excluded_outputs, "DedicatedQDQPair": True,
+                               **(_SYMMETRIC_OPTIONS if recipe.symmetric else {})},
             )
 
         try:
@@ -169,6 +181,58 @@ def quantize(model_path: Path, calibration: Calibration | None, nodes: list[str]
             raise QuantizationError(f"quantizing {model_path.name} with recipe {recipe.name!r} failed: {e}") from e
     check_onnx(out_path, "quantized model")
     return out_path
+
+
+# quantize_static's extra options for the TensorRT form (see the module docstring)
+_SYMMETRIC_OPTIONS = {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False}
+
+
+def _constant(model, name: str):
+    """The numpy value of an initializer or ``Constant`` node output ``name``, or None."""
+    from onnx import helper, numpy_helper
+
+    for init in model.graph.initializer:
+        if init.name == name:
+            return numpy_helper.to_array(init)
+    for n in model.graph.node:
+        if n.op_type == "Constant" and n.output[0] == name:
+            value = next((a for a in n.attribute if a.name == "value"), None)
+            return None if value is None else numpy_helper.to_array(helper.get_attribute_value(value))
+    return None
+
+
+def trt_qdq_problems(model) -> list[str]:
+    """Why TensorRT's explicit quantization would refuse ``model`` (an ``onnx.ModelProto``); [] when it would not.
+
+    Every ``QuantizeLinear``/``DequantizeLinear`` must carry a constant INT8 zero point that is all
+    zeros (an omitted zero point means UINT8), and a ``DequantizeLinear`` of a constant must read
+    INT8 values. Returns one line per offending node, naming it.
+    """
+    import numpy as np
+
+    problems = []
+    for n in model.graph.node:
+        if n.op_type not in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        where = f"{n.op_type} {n.name or n.output[0]!r}"
+        zp_name = n.input[2] if len(n.input) > 2 else ""
+        if not zp_name:
+            problems.append(f"{where}: no zero point (the default is UINT8); TensorRT needs an INT8 zero point 0")
+            continue
+        zp = _constant(model, zp_name)
+        if zp is None:
+            problems.append(f"{where}: zero point {zp_name!r} is not a constant")
+            continue
+        if zp.dtype != np.int8:
+            problems.append(f"{where}: zero point {zp_name!r} is {zp.dtype}, not int8")
+        if np.any(zp != 0):
+            problems.append(f"{where}: zero point {zp_name!r} is not 0 (values {np.unique(zp)[:4].tolist()}): "
+                            f"asymmetric, TensorRT needs symmetric INT8")
+        if n.op_type == "DequantizeLinear":
+            x = _constant(model, n.input[0])
+            if x is not None and x.dtype != np.int8:
+                problems.append(f"{where}: dequantizes {n.input[0]!r} of type {x.dtype}, not int8")
+    return problems
 
 
 def gemm_as_matmul(model, nodes: list[str]) -> int:

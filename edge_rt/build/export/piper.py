@@ -13,8 +13,13 @@ asking the copied library itself, and keeps only the ones that phonemize.
 from __future__ import annotations
 
 import json
+import os
+import re
+import sys
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import onnx
 
@@ -27,6 +32,9 @@ from edge_rt.stages.tts.voice import DEFAULT_PHONEME_BUCKETS
 ASSETS = "assets/tts"
 ESPEAK_DIR = f"{ASSETS}/espeak"
 PROBE = "1 2 3"  # every espeak-ng dictionary speaks digits; a missing dictionary gives no phonemes
+# What espeak-ng prints (on the C stderr) when a voice's language has no *_dict in the data:
+# the espeakng-loader wheel ships voices for fo, kaa and xex without their dictionaries.
+_NO_DICTIONARY = re.compile(r"^Can't read dictionary file: .*$")
 
 
 def _model_rel(lang: str) -> str:
@@ -60,21 +68,57 @@ def _check_loads(path: Path) -> None:
     OrtEngine(path, SessionOptions(intra_op_threads=1))  # raises PackNotBuiltError naming the file
 
 
-def formant_voices(espeak: Espeak, exclude: set[str]) -> dict[str, str]:
-    """language code -> espeak-ng voice that speaks it best (lowest priority), for voices that phonemize."""
+@contextmanager
+def _c_stderr() -> Iterator[list[str]]:
+    """Capture what native code writes to file descriptor 2; the text is in the yielded list afterwards."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    captured: list[str] = []
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            captured.append(tmp.read().decode("utf-8", errors="replace"))
+
+
+def _probe(espeak: Espeak, voice: str) -> bool:
+    """Whether ``voice`` phonemizes; espeak-ng's warning about a missing dictionary is expected for one
+    that does not, so only that line is dropped; any other output is passed on to stderr."""
+    with _c_stderr() as err:
+        works = bool(espeak.phonemize(PROBE, voice))
+    lines = err[0].splitlines()
+    if not works:
+        lines = [line for line in lines if not _NO_DICTIONARY.match(line)]
+    if lines:
+        print("\n".join(lines), file=sys.stderr)
+    return works
+
+
+def formant_voices(espeak: Espeak, exclude: set[str]) -> tuple[dict[str, str], list[str]]:
+    """Voices that phonemize and language codes that cannot, from every voice in the packed data.
+
+    Returns ``({language code: espeak-ng voice that speaks it best (lowest priority)}, [codes
+    whose voice gives no phonemes, e.g. its dictionary is not in the data])``.
+    """
     best: dict[str, tuple[int, str]] = {}
     for v in espeak.voices():
         for code, priority in v.languages:
             code = code.lower()
             if code not in best or priority < best[code][0]:
                 best[code] = (priority, v.file_name)
-    out = {}
+    out, unavailable = {}, []
     for code, (_, voice) in sorted(best.items()):
         if code in exclude:
             continue
-        if espeak.phonemize(PROBE, voice):
+        if _probe(espeak, voice):
             out[code] = voice
-    return out
+        else:
+            unavailable.append(code)
+    return out, unavailable
 
 
 def export(files: Mapping[str, Path], spec: dict, out_dir: Path) -> dict:
@@ -129,7 +173,7 @@ def export(files: Mapping[str, Path], spec: dict, out_dir: Path) -> dict:
         assets[f"{lang}_config"] = config_rel
         sample_rates[lang] = config.sample_rate
 
-    formant = formant_voices(espeak, exclude=set(voices))
+    formant, unavailable = formant_voices(espeak, exclude=set(voices))
     # The pack may pick the dialect, e.g. pt -> pt-BR to match the Brazilian Portuguese the MT model writes.
     for code, voice in dict(spec.get("formant_voices", {})).items():
         try:
@@ -148,5 +192,6 @@ def export(files: Mapping[str, Path], spec: dict, out_dir: Path) -> dict:
         "phoneme_buckets": list(DEFAULT_PHONEME_BUCKETS),
         "formant_voices": formant,
         "formant_languages": sorted(formant),
+        "formant_unavailable": unavailable,  # voices in the data that give no phonemes (no dictionary)
         "sample_rates": sample_rates,
     }

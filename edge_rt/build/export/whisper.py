@@ -13,6 +13,7 @@ from typing import Any, Mapping
 from edge_rt.build.export.ct2 import read_ct2
 from edge_rt.build.files import copy_file, save_onnx
 from edge_rt.build.export.graph import OPSET
+from edge_rt.build.export.whisper_device import device_cache_decoder
 from edge_rt.build.export.whisper_graphs import WhisperDims, decoder_graph, encoder_graph
 from edge_rt.errors import PackSpecError
 from edge_rt.stages.asr.tokenizer import language_codes
@@ -21,6 +22,7 @@ from edge_rt.units import MAX_TEXT_CTX, WHISPER_BUCKETS_S, bucket_positions
 KIND = "whisper"
 ENCODER = "fp32/whisper_encoder.onnx"
 DECODER = "fp32/whisper_decoder.onnx"
+DECODER_DEVICE = "fp32/whisper_decoder_device.onnx"  # updates its own caches: for GPUs (issue 12)
 TOKENIZER = "assets/asr/tokenizer.json"
 CONFIG = "assets/asr/config.json"
 REQUIRED_FILES = ("model", "config", "tokenizer")
@@ -66,6 +68,10 @@ def _io(dims: WhisperDims) -> dict[str, Any]:
             },
             "outputs": {"logits": [1, dims.n_vocab], "new_k": [L, 1, H, dh], "new_v": [L, 1, H, dh]},
         },
+        "decoder_device": {  # the decoder's inputs; bind self_*_<i> device_resident <- self_*_out_<i>
+            "outputs": {"logits": [1, dims.n_vocab], "self_k_out_<i>": [1, H, dh, MAX_TEXT_CTX],
+                        "self_v_out_<i>": [1, H, MAX_TEXT_CTX, dh]},
+        },
     }
 
 
@@ -77,7 +83,9 @@ def export(files: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path) ->
             float32), ``config`` (its ``config.json``), ``tokenizer`` (``tokenizer.json``).
         spec: the pack's ``[stages.asr]`` table; reads ``buckets_s`` (list of seconds).
         out_dir: ``engines/<pack>``; writes ``fp32/whisper_{encoder,decoder}.onnx`` (weights
-            widened to float32) and ``assets/asr/{tokenizer,config}.json``.
+            widened to float32), ``fp32/whisper_decoder_device.onnx`` (the decoder that updates
+            its own caches, :mod:`edge_rt.build.export.whisper_device`) and
+            ``assets/asr/{tokenizer,config}.json``.
 
     Returns:
         The manifest's ``asr`` entry; every path in it is relative to ``out_dir``.
@@ -93,12 +101,15 @@ def export(files: Mapping[str, Path], spec: Mapping[str, Any], out_dir: Path) ->
     multilingual = dims.n_vocab >= MULTILINGUAL_MIN_VOCAB
 
     save_onnx(encoder_graph(model, dims), out_dir / ENCODER)
-    save_onnx(decoder_graph(model, dims), out_dir / DECODER)
+    decoder = decoder_graph(model, dims)
+    save_onnx(decoder, out_dir / DECODER)
+    save_onnx(device_cache_decoder(decoder), out_dir / DECODER_DEVICE)
     copy_file(files["tokenizer"], out_dir / TOKENIZER)
     copy_file(files["config"], out_dir / CONFIG)
     return {
         "kind": KIND,
-        "models": {"encoder": {"fp32": ENCODER}, "decoder": {"fp32": DECODER}},
+        "models": {"encoder": {"fp32": ENCODER}, "decoder": {"fp32": DECODER},
+                   "decoder_device": {"fp32": DECODER_DEVICE}},
         "assets": {"tokenizer": TOKENIZER, "config": CONFIG},
         "buckets_s": buckets,
         "dims": dims.as_dict(),

@@ -107,7 +107,7 @@ def _lin(g: GraphBuilder, m: Ct2Model, x: str, p: str, q_scale: float = 1.0, q_r
     w, b = m.f32(f"{p}/weight").copy(), m.f32(f"{p}/bias").copy()
     w[:q_rows] *= q_scale  # 1/sqrt(d_head) folded into the query projection: no Mul in the graph
     b[:q_rows] *= q_scale
-    return g.linear(x, w, b, p)
+    return g.linear(x, w.T, b, p)  # CTranslate2 stores [out, in]
 
 
 def _split_heads_q(g: GraphBuilder, x: str, heads: int, d_head: int) -> str:
@@ -156,7 +156,7 @@ def encoder_graph(m: Ct2Model, dims: WhisperDims):
     # All decoder layers' cross K/V in one GEMM: [1, P, L * 2 * d] -> [P, L, 2, H, dh].
     w = np.concatenate([m.f32(f"decoder/layer_{i}/attention/linear_1/weight") for i in range(L)])
     b = np.concatenate([m.f32(f"decoder/layer_{i}/attention/linear_1/bias") for i in range(L)])
-    kv = g.reshape(g.linear(x, w, b, "cross_kv"), [-1, L, 2, H, dh])
+    kv = g.reshape(g.linear(x, w.T, b, "cross_kv"), [-1, L, 2, H, dh])
     k, v = g.op("Split", [kv, g.const([1, 1])], "cross_split", n_out=2, axis=2)
     g.op("Transpose", [k], "cross_k", perm=[1, 2, 3, 4, 0])  # [L, 1, H, dh, P]
     g.op("Transpose", [v], "cross_v", perm=[1, 2, 3, 0, 4])  # [L, 1, H, P, dh]

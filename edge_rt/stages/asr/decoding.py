@@ -15,6 +15,8 @@ import numpy as np
 from edge_rt.backends.base import Engine
 from edge_rt.units import MAX_TEXT_CTX
 
+DEVICE_CACHE_OUTPUT = "self_k_out_0"  # present only in a decoder that updates its own caches
+
 
 def log_softmax(x: np.ndarray) -> np.ndarray:
     x = x - x.max(axis=-1, keepdims=True)
@@ -36,8 +38,16 @@ class WhisperInference:
     engines (IOBinding), so :meth:`encode` and :meth:`step` allocate nothing:
     a step writes its new key/value into the cache in place.
 
+    A decoder with ``self_k_out_0`` among its outputs (``whisper_decoder_device.onnx``,
+    :mod:`edge_rt.build.export.whisper_device`) updates the caches itself: they are bound
+    ``device_resident`` (the backend carries each ``self_*_out_<i>`` into ``self_*_<i>``,
+    on the device on a GPU), only ``logits`` is read back, and :meth:`step` writes nothing.
+    Each bucket's binding then holds its own copy of the cache; that is safe because a
+    window's decode writes every slot (from offset 0) before it reads it.
+
     Args:
-        encoder, decoder: engines of ``whisper_encoder.onnx`` / ``whisper_decoder.onnx``.
+        encoder, decoder: engines of ``whisper_encoder.onnx`` / ``whisper_decoder.onnx``
+            (or ``whisper_decoder_device.onnx``).
         dims: the manifest's ``dims`` (``n_text_layer``, ``n_text_head``, ``n_text_state``, ``n_mels``, ``n_vocab``).
     """
 
@@ -55,6 +65,10 @@ class WhisperInference:
         self._logits = np.zeros((1, int(dims["n_vocab"])), np.float32)
         self._new_k = np.zeros((n_layer, 1, heads, self.d_head), np.float32)
         self._new_v = np.zeros((n_layer, 1, heads, self.d_head), np.float32)
+        # The device contract: the graph returns the updated caches (allocated only then).
+        self.device_cache = DEVICE_CACHE_OUTPUT in decoder.output_names
+        if self.device_cache:
+            self._k_out, self._v_out = np.zeros_like(self.self_k), np.zeros_like(self.self_v)
         self._buckets: dict[int, tuple[np.ndarray, object, object]] = {}  # frames -> (mel, encoder, decoder)
         self._decode = None
 
@@ -69,16 +83,28 @@ class WhisperInference:
             mel = np.zeros((1, self.n_mels, frames), np.float32)
             cross_k = np.zeros((L, 1, H, dh, positions), np.float32)
             cross_v = np.zeros((L, 1, H, positions, dh), np.float32)
-            enc = self.encoder.bind({"mel": mel}, {"cross_k": cross_k, "cross_v": cross_v})
+            # With the device-cache decoder nothing on the host reads cross K/V: a GPU backend keeps them
+            # where the encoder wrote them and the decoder reads them there (host_outputs=[]).
+            enc = self.encoder.bind({"mel": mel}, {"cross_k": cross_k, "cross_v": cross_v},
+                                    host_outputs=[] if self.device_cache else None)
             feeds = {"tokens": self._token, "offset": self._offset}
             for i in range(L):  # per-layer views are contiguous: bound in place
                 feeds[f"self_k_{i}"] = self.self_k[i]
                 feeds[f"self_v_{i}"] = self.self_v[i]
                 feeds[f"cross_k_{i}"] = cross_k[i]
                 feeds[f"cross_v_{i}"] = cross_v[i]
-            dec = self.decoder.bind(feeds, {"logits": self._logits, "new_k": self._new_k, "new_v": self._new_v})
+            dec = self._bind_decoder(feeds)
             self._buckets[frames] = (mel, enc, dec)
         return self._buckets[frames]
+
+    def _bind_decoder(self, feeds: dict[str, np.ndarray]):
+        if not self.device_cache:
+            return self.decoder.bind(feeds, {"logits": self._logits, "new_k": self._new_k, "new_v": self._new_v})
+        outputs, resident = {"logits": self._logits}, {}
+        for i in range(self.n_layer):
+            outputs[f"self_k_out_{i}"], outputs[f"self_v_out_{i}"] = self._k_out[i], self._v_out[i]
+            resident[f"self_k_{i}"], resident[f"self_v_{i}"] = f"self_k_out_{i}", f"self_v_out_{i}"
+        return self.decoder.bind(feeds, outputs, device_resident=resident, host_outputs=["logits"])
 
     def encode(self, mel: np.ndarray) -> None:
         """Run the encoder on float32 [1, 80, frames]; the decoder then attends to it.
@@ -98,8 +124,9 @@ class WhisperInference:
         self._token[0, 0] = token
         self._offset[0] = offset
         self._decode.run()
-        self.self_k[..., offset] = self._new_k
-        self.self_v[..., offset, :] = self._new_v
+        if not self.device_cache:  # the device variant wrote the caches itself
+            self.self_k[..., offset] = self._new_k
+            self.self_v[..., offset, :] = self._new_v
         return self._logits[0]
 
 

@@ -29,6 +29,7 @@ from edge_rt.stages.asr.tokenizer import TASKS, WhisperTokenizer
 from edge_rt.units import HOP_LENGTH, MAX_TEXT_CTX, SAMPLE_RATE, bucket_frames
 
 if TYPE_CHECKING:
+    from edge_rt.backends.factory import EngineFactory
     from edge_rt.pack import BuiltPack
 
 __all__ = ["Asr", "AsrOptions", "AsrResult"]
@@ -114,16 +115,13 @@ class Asr:
         self._stride = bucket_frames(stride_s)  # frames per consecutive window
 
     @classmethod
-    def from_pack(cls, pack: "BuiltPack", options: AsrOptions = AsrOptions()) -> "Asr":
-        """Load the pack's ``asr`` stage (ONNX Runtime on CPU)."""
-        from edge_rt.backends.ort import OrtEngine, SessionOptions
-
+    def from_pack(cls, pack: "BuiltPack", options: AsrOptions = AsrOptions(), *, engines: "EngineFactory") -> "Asr":
+        """Load the pack's ``asr`` stage on the engines ``engines`` builds (see :mod:`edge_rt.backends.factory`)."""
         entry = pack.stage("asr")
         if entry.get("kind") != "whisper":
             raise PackNotBuiltError(f"pack '{pack.name}' has an asr stage of kind {entry.get('kind')!r}, not 'whisper'")
-        so = SessionOptions(intra_op_threads=options.threads)
-        encoder = OrtEngine(pack.model("asr", "encoder", options.precision), so)
-        decoder = OrtEngine(pack.model("asr", "decoder", options.precision), so)
+        encoder = engines.load("asr", "encoder", precision=options.precision, threads=options.threads)
+        decoder = engines.load("asr", "decoder", precision=options.precision, threads=options.threads)
         config = json.loads(pack.asset("asr", "config").read_text())
         multilingual = bool(entry["multilingual"])
         tokenizer = WhisperTokenizer(pack.asset("asr", "tokenizer"), config.get("lang_ids", []), multilingual)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_rt.backends.base import Engine
+from edge_rt.backends.base import BoundRun, Engine, select_bucket
 from edge_rt.stages.mt import marian_io as io
 from edge_rt.stages.mt.shortlist import LexicalShortlist
 
@@ -24,8 +24,18 @@ def _load_spm(path: Path):
     return sentencepiece.SentencePieceProcessor(model_file=str(path))
 
 
-def _round_up(n: int) -> int:
-    return -(-n // io.VOCAB_PAD) * io.VOCAB_PAD
+class _SourceBucket:
+    """The encoder's buffers at one source length ``S``, bound once; the decoder reads them in place."""
+
+    def __init__(self, encoder: Engine, size: int):
+        L, H, Dh = io.DEC_LAYERS, io.HEADS, io.HEAD_DIM
+        self.ids = np.zeros((1, size), np.int64)
+        self.mask = np.zeros((1, size), np.float32)
+        self.cross_k = np.zeros((L, 1, H, Dh, size), np.float32)
+        self.cross_v = np.zeros((L, 1, H, size, Dh), np.float32)
+        # Nothing is read on the host: cross K/V only feed the decoder.
+        self.encode = encoder.bind({"src_ids": self.ids, "src_mask": self.mask},
+                                   {"cross_k": self.cross_k, "cross_v": self.cross_v}, host_outputs=())
 
 
 class MarianDirection:
@@ -38,8 +48,12 @@ class MarianDirection:
         max_length_factor: target tokens allowed per source token (incl. ``</s>``).
         shortlist: restrict each sentence's output vocabulary, or ``None`` for all of it.
 
-    Buffers (ids, masks per bucket, SSRU state) are allocated here once; a call to
-    :meth:`translate` only fills them.
+    Every engine step runs on bound, static buffers: the encoder once per source bucket ``S``,
+    the decoder once per (``S``, vocabulary bucket ``K`` of :func:`marian_io.vocab_buckets`),
+    reading the encoder's cross K/V and mask buffers in place. The SSRU state is
+    ``device_resident`` (the backend carries ``state_out`` into ``state``); only the logits
+    come back to the host. Buffers are allocated here; decoder steps are bound the first time
+    a (source, vocabulary) bucket pair is used. :meth:`greedy` allocates nothing per token.
     """
 
     def __init__(self, encoder: Engine, decoder: Engine, vocab: Path, buckets: tuple[int, ...],
@@ -54,23 +68,18 @@ class MarianDirection:
         eos = self._sp.piece_to_id("</s>")
         if eos != io.EOS_ID:
             raise ValueError(f"{vocab} maps '</s>' to id {eos}, the Marian graphs expect {io.EOS_ID}")
-        self._ids = {s: np.zeros((1, s), np.int64) for s in self.buckets}
-        self._mask = {s: np.zeros((1, s), np.float32) for s in self.buckets}
+        self._src = {s: _SourceBucket(encoder, s) for s in self.buckets}
         self._state = np.zeros((io.DEC_LAYERS, 1, io.DIM), np.float32)
+        self._state_out = np.zeros_like(self._state)
         self._prev = np.zeros((1,), np.int64)
         self._pos = np.zeros((1,), np.int64)
         vocab_size = self._sp.get_piece_size()
-        # The ids the decoder scores; without a shortlist all of them but <unk>
-        # (Marian's allow-unk: false), padded with </s>.
-        self._all_ids = self._padded(np.delete(np.arange(vocab_size, dtype=np.int64), self._unk))
-        self._vocab_buf = np.zeros((_round_up(vocab_size),), np.int64)
-
-    @staticmethod
-    def _padded(ids: np.ndarray) -> np.ndarray:
-        """``ids`` followed by </s> up to a multiple of :data:`marian_io.VOCAB_PAD`."""
-        out = np.full((_round_up(ids.size),), io.EOS_ID, np.int64)
-        out[: ids.size] = ids
-        return out
+        self.vocab_buckets = io.vocab_buckets(vocab_size)
+        # vocab_ids per K, padded with </s>; without a shortlist: every id but <unk> (Marian's allow-unk: false).
+        self._vocab = {k: np.full((k,), io.EOS_ID, np.int64) for k in self.vocab_buckets}
+        self._logits = {k: np.zeros((1, k), np.float32) for k in self.vocab_buckets}
+        self._all_ids = np.delete(np.arange(vocab_size, dtype=np.int64), self._unk)
+        self._steps: dict[tuple[int, int], BoundRun] = {}
 
     @property
     def max_tokens(self) -> int:
@@ -97,6 +106,27 @@ class MarianDirection:
                 return s
         raise ValueError(f"{length} source ids exceed the largest bucket {self.buckets[-1]}; split the input")
 
+    def _decoder(self, size: int, k: int) -> BoundRun:
+        """The decoder step bound to source bucket ``size`` and vocabulary bucket ``k``."""
+        step = self._steps.get((size, k))
+        if step is None:
+            src = self._src[size]
+            feeds = {"prev_token": self._prev, "position": self._pos, "cross_k": src.cross_k,
+                     "cross_v": src.cross_v, "src_mask": src.mask, "state": self._state, "vocab_ids": self._vocab[k]}
+            step = self._dec.bind(feeds, {"logits": self._logits[k], "state_out": self._state_out},
+                                  device_resident={"state": "state_out"}, host_outputs=("logits",))
+            self._steps[(size, k)] = step
+        return step
+
+    def _fill_vocab(self, src: list[int]) -> int:
+        """Write this sentence's target ids into the smallest vocabulary bucket that holds them; returns K."""
+        allowed = self._all_ids if self._shortlist is None else self._shortlist.allowed(src, exclude=(self._unk,))
+        k = select_bucket(allowed.size, self.vocab_buckets)  # the last bucket holds every id
+        vocab = self._vocab[k]
+        vocab[: allowed.size] = allowed
+        vocab[allowed.size :] = io.EOS_ID
+        return k
+
     def greedy(self, src_pieces: list[int], bucket: int | None = None) -> list[int]:
         """Greedy target ids (without ``</s>``) for source ids ``src_pieces`` (without ``</s>``).
 
@@ -106,34 +136,28 @@ class MarianDirection:
         src = list(src_pieces) + [io.EOS_ID]
         n = len(src)
         size = self.bucket_for(n) if bucket is None else bucket
-        if size not in self._ids or n > size:
+        if size not in self._src or n > size:
             raise ValueError(f"bucket {size} cannot hold {n} ids; buckets: {self.buckets}")
-        ids, mask = self._ids[size], self._mask[size]
-        ids.fill(0)
-        mask.fill(0.0)
-        ids[0, :n] = src
-        mask[0, :n] = 1.0
-        enc = self._enc.run({"src_ids": ids, "src_mask": mask})
+        buf = self._src[size]
+        buf.ids.fill(0)
+        buf.mask.fill(0.0)
+        buf.ids[0, :n] = src
+        buf.mask[0, :n] = 1.0
+        buf.encode.run()
 
-        if self._shortlist is None:
-            vocab = self._all_ids
-        else:
-            ids_ = self._padded(self._shortlist.allowed(src, exclude=(self._unk,)))
-            vocab = self._vocab_buf[: ids_.size]
-            vocab[:] = ids_
-        self._state.fill(0.0)
+        k = self._fill_vocab(src)
+        vocab, logits = self._vocab[k], self._logits[k][0]
+        step = self._decoder(size, k)
+        step.reset_state()
         self._prev[0] = io.START_TOKEN
-        feeds = {"prev_token": self._prev, "position": self._pos, "cross_k": enc["cross_k"],
-                 "cross_v": enc["cross_v"], "src_mask": mask, "state": self._state, "vocab_ids": vocab}
         out: list[int] = []
         for t in range(int(self.max_length_factor * n)):
             self._pos[0] = t
-            res = self._dec.run(feeds)
+            step.run()
             # argmax returns the first maximum, so </s> padding never shadows a real id.
-            token = int(vocab[np.argmax(res["logits"][0])])
+            token = int(vocab[np.argmax(logits)])
             if token == io.EOS_ID:
                 break
             out.append(token)
-            np.copyto(self._state, res["state_out"])
             self._prev[0] = token
         return out

@@ -27,12 +27,14 @@ name           dtype    shape               meaning
 ``state_out``  float32  ``[L, 1, D]``       next SSRU cell state
 =============  =======  ==================  ==========================================
 
-Two dimensions are not fixed: ``S`` (ONNX dim :data:`SRC_LEN_DIM`) only ever takes the
-bucket lengths of :data:`SRC_BUCKETS`, and ``K`` (:data:`VOCAB_LEN_DIM`) is a multiple of
-:data:`VOCAB_PAD` up to ``V``; a TensorRT build needs profiles over those ranges.
-Padding never changes the result: padded source keys get a -1e9 attention bias, and
-``vocab_ids`` is padded by repeating ``</s>`` (ties resolve to the first occurrence).
-``V`` = 32000 for the tiny11 students.
+Two dimensions are not fixed in the graph, but the runtime only ever uses fixed buckets
+(one bound engine step per shape, one TensorRT profile per shape): ``S`` (ONNX dim
+:data:`SRC_LEN_DIM`) takes the lengths of :data:`SRC_BUCKETS`, and ``K`` (:data:`VOCAB_LEN_DIM`)
+the lengths :func:`vocab_buckets` gives (:data:`VOCAB_BUCKETS` below ``V``, then ``V`` itself
+for the whole vocabulary). Padding never changes the result: padded source keys get a -1e9
+attention bias, and ``vocab_ids`` is padded by repeating ``</s>`` (id 0, which every id list
+holds at index 0; ties resolve to the first occurrence, and a padded slot maps to ``</s>``
+anyway). ``V`` = 32000 for the tiny11 students.
 """
 
 from __future__ import annotations
@@ -49,9 +51,20 @@ START_TOKEN = -1  # prev_token at step 0: Marian starts from an all-zero embeddi
 SRC_BUCKETS = (16, 32, 64, 128, 256)  # static source lengths in tokens (incl. </s>)
 SRC_LEN_DIM = "src_len"
 VOCAB_LEN_DIM = "vocab_len"
-VOCAB_PAD = 64  # vocab_ids lengths are rounded up to a multiple of this (fewer distinct shapes)
+# vocab_ids lengths K below V. Measured on calibration/sentences_{en,pt}.txt (7-15 source pieces) the
+# lex.50.50 shortlists allow 299-631 ids, and a CPU decoder step costs the same up to K = 768 and
+# ~1.4x at 1024; a shortlist never allows more than first + (best + 1) x S ids (13106 at S = 256).
+VOCAB_BUCKETS = (512, 768, 1024, 1536, 2048, 3072, 4096, 8192, 16384)
 
 ENC_INPUTS = ("src_ids", "src_mask")
 ENC_OUTPUTS = ("cross_k", "cross_v")
 DEC_INPUTS = ("prev_token", "position", "cross_k", "cross_v", "src_mask", "state", "vocab_ids")
 DEC_OUTPUTS = ("logits", "state_out")
+
+
+def vocab_buckets(vocab_size: int) -> tuple[int, ...]:
+    """The ``vocab_ids`` lengths used with a ``vocab_size``-piece vocabulary: the
+    :data:`VOCAB_BUCKETS` below it, then ``vocab_size`` (every id but ``<unk>``, one ``</s>`` pad)."""
+    if vocab_size < 2:
+        raise ValueError(f"a Marian vocabulary has at least </s> and <unk>, not {vocab_size} pieces")
+    return (*(k for k in VOCAB_BUCKETS if k < vocab_size), int(vocab_size))

@@ -3,7 +3,7 @@
 Usage::
 
     pack = BuiltPack.load("default")
-    mt = Translator.from_pack(pack)            # loads every pair in the pack
+    mt = Translator.from_pack(pack, engines=OrtEngines(pack))  # every pair in the pack, on the CPU
     mt.translate("Where is the station?", "en", "pt")   # -> "Onde fica a estação?"
 
 Text is split into sentences (:mod:`edge_rt.stages.mt.text`), each sentence is
@@ -14,12 +14,16 @@ results are joined in order.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from edge_rt.errors import UnsupportedLanguageError
 from edge_rt.pack import PRECISIONS, BuiltPack
 from edge_rt.stages.mt.marian import MarianDirection
 from edge_rt.stages.mt.shortlist import LexicalShortlist
 from edge_rt.stages.mt.text import join_sentences, split_sentences
+
+if TYPE_CHECKING:
+    from edge_rt.backends.factory import EngineFactory
 
 __all__ = ["MtOptions", "Translator"]
 
@@ -57,10 +61,9 @@ class Translator:
         self._directions = dict(directions)
 
     @classmethod
-    def from_pack(cls, pack: BuiltPack, options: MtOptions = MtOptions()) -> "Translator":
-        """Load the ``mt`` stage of ``pack`` (see ``edge_rt/build/export/marian.py`` for its manifest)."""
-        from edge_rt.backends.ort import OrtEngine, SessionOptions
-
+    def from_pack(cls, pack: BuiltPack, options: MtOptions = MtOptions(), *, engines: "EngineFactory") -> "Translator":
+        """Load the ``mt`` stage of ``pack`` on the engines ``engines`` builds (see ``edge_rt/build/export/marian.py``
+        for its manifest and :mod:`edge_rt.backends.factory` for the engines)."""
         _verify_options(options)
         entry = pack.stage("mt")
         available = tuple(entry["pairs"])
@@ -70,7 +73,6 @@ class Translator:
             raise UnsupportedLanguageError(
                 f"model pack '{pack.name}' cannot translate {missing}; its pairs are {list(available)}"
             )
-        session = SessionOptions(intra_op_threads=options.threads)
         factor = options.max_length_factor or float(entry.get("max_length_factor", 2.5))
         directions = {}
         for pair in wanted:
@@ -78,8 +80,8 @@ class Translator:
             if options.shortlist and f"{pair}/shortlist" in entry.get("assets", {}):
                 shortlist = LexicalShortlist.load(pack.asset("mt", f"{pair}/shortlist"))
             directions[pair] = MarianDirection(
-                encoder=OrtEngine(pack.model("mt", f"{pair}/encoder", options.precision), session),
-                decoder=OrtEngine(pack.model("mt", f"{pair}/decoder", options.precision), session),
+                encoder=engines.load("mt", f"{pair}/encoder", precision=options.precision, threads=options.threads),
+                decoder=engines.load("mt", f"{pair}/decoder", precision=options.precision, threads=options.threads),
                 vocab=pack.asset("mt", f"{pair}/vocab"),
                 buckets=tuple(int(b) for b in entry["src_buckets"]),
                 max_length_factor=factor,

@@ -10,23 +10,28 @@ The ids are zero-padded to a few fixed lengths (``phoneme_buckets`` in the
 manifest): VITS masks every layer by ``input_lengths`` and gives padding a
 duration of zero frames, so the waveform has the unpadded length and differs
 from the unpadded run by < 2e-5 (measured on this voice). The output length is
-still data dependent (it is the sum of the predicted durations).
+still data dependent (it is the sum of the predicted durations): the inputs are
+bound once per bucket, but the waveform cannot be written into a preallocated
+buffer, so the backend allocates it on every run (on TensorRT that needs an output
+allocator, and Piper is the one engine that cannot be captured in a CUDA graph).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping
+from typing import TYPE_CHECKING, Iterator, Mapping
 
 import numpy as np
 
-from edge_rt.backends.base import Engine
-from edge_rt.backends.ort import OrtEngine, SessionOptions
+from edge_rt.backends.base import BoundRun, Engine
 from edge_rt.errors import PackNotBuiltError, UnsupportedLanguageError
 from edge_rt.pack import PRECISIONS, BuiltPack
 from edge_rt.stages.tts.espeak import Espeak, EspeakSentence
 from edge_rt.stages.tts.piper_ids import PiperVoiceConfig, phonemes_to_ids, split_phonemes
+
+if TYPE_CHECKING:
+    from edge_rt.backends.factory import EngineFactory
 
 __all__ = ["Tts", "TtsAudio", "TtsOptions", "PiperVoice", "DEFAULT_PHONEME_BUCKETS"]
 
@@ -106,6 +111,14 @@ class PiperVoice:
         self._lengths = np.zeros(1, dtype=np.int64)
         self._scales = np.asarray(scales, dtype=np.float32)
         self._cluster_free = not config.vowel_clusters
+        self._steps = {n: self._bind(ids) for n, ids in self._ids.items()}
+
+    def _bind(self, ids: np.ndarray) -> BoundRun:
+        # ``output`` is bound as None: its length (the sum of the predicted durations) is data
+        # dependent, so ONNX Runtime cannot write it into a preallocated buffer and allocates it
+        # per run (TensorRT: an output allocator; this engine cannot be captured in a CUDA graph).
+        return self._engine.bind({"input": ids, "input_lengths": self._lengths, "scales": self._scales},
+                                 {"output": None}, host_outputs=("output",))
 
     def bucket(self, n: int) -> int:
         """The padded length for ``n`` ids: the smallest bucket that fits, else whole multiples of the largest."""
@@ -126,14 +139,15 @@ class PiperVoice:
         """Raw waveform for one sentence's ids: float32 [samples] at ``config.sample_rate``."""
         n = len(ids)
         size = self.bucket(n)
-        buf = self._ids.get(size)
-        if buf is None:  # longer than every bucket: rare, allocate
+        buf, step = self._ids.get(size), self._steps.get(size)
+        if buf is None:  # longer than every bucket (or no buckets): rare, allocate and bind for this call
             buf = np.zeros((1, size), dtype=np.int64)
+            step = self._bind(buf)
         buf[0, :n] = ids
         buf[0, n:] = 0
         self._lengths[0] = n
-        out = self._engine.run({"input": buf, "input_lengths": self._lengths, "scales": self._scales})
-        return out["output"].reshape(-1)
+        step.run()
+        return step.output("output").reshape(-1)
 
 
 class Tts:
@@ -147,7 +161,8 @@ class Tts:
         self.options = options
 
     @classmethod
-    def from_pack(cls, pack: BuiltPack, options: TtsOptions = TtsOptions()) -> "Tts":
+    def from_pack(cls, pack: BuiltPack, options: TtsOptions = TtsOptions(), *, engines: "EngineFactory") -> "Tts":
+        """The pack's voices on the engines ``engines`` builds (see :mod:`edge_rt.backends.factory`)."""
         entry = pack.stage("tts")
         espeak = Espeak(pack.asset("tts", "espeak_lib"), pack.asset("tts", "espeak_data"), options.espeak_rate_wpm)
         buckets = tuple(entry.get("phoneme_buckets", DEFAULT_PHONEME_BUCKETS)) if options.bucketed else ()
@@ -158,7 +173,7 @@ class Tts:
                 config = PiperVoiceConfig.from_dict(json.loads(config_path.read_text(encoding="utf-8")))
             except (OSError, ValueError) as e:
                 raise PackNotBuiltError(f"Piper voice config {config_path} is unusable ({e}); rebuild the pack") from e
-            engine = OrtEngine(pack.model("tts", lang, options.precision), SessionOptions(intra_op_threads=options.threads))
+            engine = engines.load("tts", lang, precision=options.precision, threads=options.threads)
             voices[lang] = PiperVoice(engine, config, _scales(config, options), buckets)
         return cls(voices, espeak, entry.get("formant_voices", {}), options)
 

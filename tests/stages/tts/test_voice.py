@@ -9,6 +9,7 @@ import pytest
 import soxr
 
 from edge_rt.errors import UnsupportedLanguageError
+from edge_rt.backends.factory import OrtEngines
 from edge_rt.stages.tts.voice import Tts, TtsOptions
 
 SENTENCES = [
@@ -20,7 +21,7 @@ SENTENCES = [
 
 @pytest.fixture(scope="module")
 def tts(default_pack):
-    return Tts.from_pack(default_pack, TtsOptions(deterministic=True))
+    return Tts.from_pack(default_pack, TtsOptions(deterministic=True), engines=OrtEngines(default_pack))
 
 
 @pytest.fixture(scope="module")
@@ -52,12 +53,12 @@ def test_waveform_matches_piper_tts(tts, reference, text):
     assert ours.engine == "piper" and ours.sample_rate == 22050
     assert ours.samples.dtype == np.float32
     assert ours.samples.shape == ref.shape
-    assert np.abs(ours.samples - ref).max() < 1e-3  # measured <= 6e-5
+    assert np.abs(ours.samples - ref).max() < 1e-4  # measured <= 6e-5
     assert np.corrcoef(ours.samples, ref)[0, 1] > 0.9999
 
 
 def test_unbucketed_is_the_reference(default_pack, reference):
-    exact = Tts.from_pack(default_pack, TtsOptions(deterministic=True, bucketed=False))
+    exact = Tts.from_pack(default_pack, TtsOptions(deterministic=True, bucketed=False), engines=OrtEngines(default_pack))
     text = SENTENCES[0]
     np.testing.assert_allclose(exact.synthesize(text, "en").samples, _piper_tts(reference, text), atol=1e-5)
 
@@ -138,7 +139,7 @@ def test_other_formant_languages(tts, lang, text):
 
 
 def test_noise_varies_output(default_pack):
-    noisy = Tts.from_pack(default_pack, TtsOptions())
+    noisy = Tts.from_pack(default_pack, TtsOptions(), engines=OrtEngines(default_pack))
     a = noisy.synthesize("Noise makes each take different.", "en").samples
     b = noisy.synthesize("Noise makes each take different.", "en").samples
     assert len(a) and len(b)
@@ -204,3 +205,40 @@ def test_portuguese_formant_is_roughly_intelligible(tts, tmp_path):
     whisper = _whisper("default", tmp_path)
     heard = _words(_hear(whisper, tts.synthesize("Bom dia. Eu gostaria de um café, por favor.", "pt"), "pt"))
     assert {"bom", "dia", "gostaria", "café", "favor"} <= set(heard), heard
+
+
+class _BindOnly:
+    """Like the TensorRT runner: no allocating run(); records the shapes and keywords bind() gets."""
+
+    def __init__(self, engine):
+        self._engine, self.bound = engine, []
+
+    def run(self, inputs):
+        raise AssertionError("PiperVoice called the allocating Engine.run()")
+
+    def bind(self, inputs, outputs, **carry):
+        self.bound.append((inputs["input"].shape, {k: v for k, v in outputs.items() if v is not None}, carry))
+        return self._engine.bind(inputs, outputs, **carry)
+
+
+def test_voice_runs_bound_steps_per_bucket_with_the_waveform_data_dependent(default_pack, tts):
+    """Inputs bound once per phoneme bucket; the waveform's length is data dependent, so it is the one
+    output bound without a buffer (the backend allocates it), and the audio is the same as unbound."""
+    import json
+
+    from edge_rt.backends.ort import OrtEngine, SessionOptions
+    from edge_rt.stages.tts.piper_ids import PiperVoiceConfig
+    from edge_rt.stages.tts.voice import PiperVoice
+
+    config = PiperVoiceConfig.from_dict(json.loads(default_pack.asset("tts", "en_config").read_text(encoding="utf-8")))
+    engine = _BindOnly(OrtEngine(default_pack.model("tts", "en"), SessionOptions(intra_op_threads=2)))
+    buckets = tuple(default_pack.stage("tts")["phoneme_buckets"])
+    voice = PiperVoice(engine, config, (0.0, config.length_scale, 0.0), buckets)
+    assert [shape[1] for shape, _, _ in engine.bound] == list(buckets)
+    assert all(outs == {} and carry == {"host_outputs": ("output",)} for _, outs, carry in engine.bound)
+    reference = tts.piper_voices["en"]
+    for text in SENTENCES:
+        for phonemes in tts.phonemize(text, "en"):
+            ids = voice.ids(phonemes)
+            np.testing.assert_array_equal(voice(ids), reference(ids))
+    assert len(engine.bound) == len(buckets)  # nothing bound per sentence

@@ -1,0 +1,173 @@
+"""Which backend runs a pack's engines here, and the one place that constructs them.
+
+Stages never construct a backend: they ask an :class:`EngineFactory` for ``(stage, model)``
+and get an :class:`~edge_rt.backends.base.Engine`. The factory is built from the pack's
+manifest and a :class:`BackendChoice`:
+
+- ``cpu``: ONNX Runtime on the CPU, the INT8 (or FP32) ONNX models.
+- ``tensorrt``: the pack's serialized TensorRT plans, refused unless they were built for this
+  exact TensorRT version and GPU (:mod:`edge_rt.backends.compat`); a model whose TensorRT build
+  fell back to ONNX Runtime (recorded in the manifest) runs on the CPU and the choice says so.
+- ``auto``: TensorRT when the pack has engines built for this TensorRT and this GPU, otherwise
+  the CPU, with the reason.
+
+``tensorrt`` and ``cuda-python`` are imported only after :func:`~edge_rt.backends.compat.current_environment`
+found a GPU and TensorRT, so ``cpu`` and ``auto`` work on any machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+from edge_rt.backends.base import Engine
+from edge_rt.errors import EdgeRtError, PackNotBuiltError
+from edge_rt.pack import BuiltPack, build_command
+
+__all__ = ["BACKENDS", "BackendChoice", "BackendUnavailableError", "EngineFactory", "OrtEngines", "TrtEngines",
+           "choose_backend", "engine_factory"]
+
+BACKENDS = ("cpu", "tensorrt", "auto")
+# Stages that stay on ONNX Runtime under the TensorRT backend, and why (said by doctor and selftest).
+CPU_ONLY = {
+    "tts": "Piper's waveform length depends on the phoneme durations: a TensorRT run needs an output allocator "
+           "(IOutputAllocator), not written yet, and cannot be captured in a CUDA graph",
+}
+
+
+class BackendUnavailableError(EdgeRtError, RuntimeError):
+    """The backend asked for cannot run here (no GPU, no TensorRT, or no engines built for them)."""
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """The backend that will run the pack, and why (printed by the CLI, ``doctor`` and the log)."""
+
+    name: str  # "cpu" | "tensorrt"
+    reason: str
+    environment: object | None = field(default=None, compare=False)  # TrtEnvironment when name == "tensorrt"
+
+
+class EngineFactory(Protocol):
+    """Builds the engines of a pack for one backend."""
+
+    backend: str
+
+    def load(self, stage: str, model: str, *, precision: str = "fp32", threads: int = 1) -> Engine:
+        """The engine of ``stage``/``model`` (e.g. ``("asr", "encoder")``)."""
+        ...
+
+
+def _tensorrt_problem(pack: BuiltPack, environment: Callable[[], object | None]) -> tuple[str | None, object | None]:
+    """Why the pack's TensorRT engines cannot run here (None when they can), and the environment."""
+    import importlib.util
+
+    from edge_rt.backends.compat import TrtEnvironment, problems
+
+    section = pack.manifest.get("tensorrt", {})
+    if section.get("status") != "built":
+        why = section.get("reason", "the build recorded no TensorRT engines")
+        return (f"pack '{pack.name}' has no TensorRT engines ({why}); build them on the device with "
+                f"`{build_command(pack.name)}`"), None
+    if environment is None and importlib.util.find_spec("tensorrt") is None:
+        return ("TensorRT is not installed: on a Jetson it comes with JetPack (`sudo apt install "
+                "python3-libnvinfer`); elsewhere `pip install tensorrt` from NVIDIA's index, plus "
+                "`pip install 'edge-rt[gpu]'` for cuda-python"), None
+    from edge_rt.backends.compat import current_environment
+
+    here = (environment or current_environment)()
+    if here is None:
+        return "no CUDA GPU/driver found (cuda-python saw no device, or TensorRT does not import)", None
+    found = problems(TrtEnvironment.from_dict(section), here)
+    if found:
+        return (f"pack '{pack.name}' was built for another TensorRT/GPU ({'; '.join(found)}); rebuild it here with "
+                f"`{build_command(pack.name)} --force`"), here
+    return None, here
+
+
+def choose_backend(pack: BuiltPack, requested: str = "auto",
+                   environment: Callable[[], object | None] | None = None) -> BackendChoice:
+    """Resolve ``cpu|tensorrt|auto`` for ``pack`` on this machine.
+
+    Args:
+        environment: returns the current ``TrtEnvironment`` or None (default: detected); tests pass one.
+
+    Raises:
+        BackendUnavailableError: ``tensorrt`` was asked for and cannot run here; the message says what to install
+            or rebuild, and that ``--backend cpu`` or ``auto`` runs on the CPU.
+        ValueError: ``requested`` is not a backend name.
+    """
+    if requested not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {requested!r}")
+    if requested == "cpu":
+        return BackendChoice("cpu", "asked for (--backend cpu)")
+    problem, here = _tensorrt_problem(pack, environment)
+    if problem is None:
+        return BackendChoice("tensorrt", f"pack '{pack.name}' has TensorRT engines built for this TensorRT and GPU",
+                             environment=here)
+    if requested == "tensorrt":
+        raise BackendUnavailableError(f"--backend tensorrt cannot run here: {problem}. "
+                                      f"Use --backend auto (or cpu) to run on the CPU.")
+    return BackendChoice("cpu", f"TensorRT not used: {problem}")
+
+
+class OrtEngines:
+    """ONNX Runtime on the CPU: the pack's ONNX models, INT8 where the build kept it."""
+
+    backend = "cpu"
+
+    def __init__(self, pack: BuiltPack):
+        self.pack = pack
+
+    def load(self, stage: str, model: str, *, precision: str = "fp32", threads: int = 1) -> Engine:
+        from edge_rt.backends.ort import OrtEngine, SessionOptions
+
+        return OrtEngine(self.pack.model(stage, model, precision), SessionOptions(intra_op_threads=threads))
+
+
+class TrtEngines:
+    """TensorRT plans of the pack (checked against this TensorRT and GPU); ONNX Runtime for a model whose
+    TensorRT build fell back (the manifest records it)."""
+
+    backend = "tensorrt"
+
+    def __init__(self, pack: BuiltPack, environment: object):
+        self.pack = pack
+        self.environment = environment
+        self.on_cpu: dict[str, str] = {}  # "stage/model" -> why it runs on the CPU
+        self._cpu = OrtEngines(pack)
+        from edge_rt.backends.trt_plan import DeviceAliases
+
+        self.aliases = DeviceAliases()  # e.g. the encoder's cross K/V read in place by the decoder
+
+    def load(self, stage: str, model: str, *, precision: str = "fp32", threads: int = 1) -> Engine:
+        if stage in CPU_ONLY:
+            self.on_cpu[f"{stage}/{model}"] = CPU_ONLY[stage]
+            return self._cpu.load(stage, model, precision=precision, threads=threads)
+        # A model with a "<model>_device" twin (the Whisper decoder whose KV cache is an output, so it
+        # stays on the GPU: edge_rt/build/export/whisper_device.py) runs as that twin here; the stage
+        # recognises the contract by its output names.
+        twin = f"{model}_device"
+        if twin in self.pack.stage(stage).get("models", {}) and \
+                self.pack.manifest.get("tensorrt", {}).get("engines", {}).get(f"{stage}/{twin}", {}).get("file"):
+            model = twin
+        record = self.pack.manifest.get("tensorrt", {}).get("engines", {}).get(f"{stage}/{model}")
+        if record is None or record.get("backend", "tensorrt") != "tensorrt" or not record.get("file"):
+            falls = (record or {}).get("fallbacks") or []
+            why = "; ".join(f"{f.get('from')}: {f.get('reason')}" for f in falls) or "no TensorRT engine was built"
+            self.on_cpu[f"{stage}/{model}"] = why
+            return self._cpu.load(stage, model, precision=precision, threads=threads)
+        from edge_rt.backends.trt import TrtEngine
+
+        engine = TrtEngine.from_pack(self.pack, stage, model, here=self.environment)
+        engine.aliases = self.aliases
+        return engine
+
+
+def engine_factory(pack: BuiltPack, choice: BackendChoice) -> EngineFactory:
+    """The factory for ``choice`` (see :func:`choose_backend`)."""
+    if choice.name == "cpu":
+        return OrtEngines(pack)
+    if choice.name == "tensorrt":
+        return TrtEngines(pack, choice.environment)
+    raise PackNotBuiltError(f"unknown backend {choice.name!r}")

@@ -1,0 +1,77 @@
+"""Which models of a pack are quantized, and the recipes tried for each, in order.
+
+A stage's models are matched by :attr:`ModelPlan.pattern`; the build tries a model's
+recipes in order until one is faster than FP32 *and* passes the stage's gate. Why each
+recipe is what it is: see :mod:`edge_rt.build.calibration.quantize` and the measurements
+in ``build_report.md``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edge_rt.build.calibration.audio import AudioRecipe
+from edge_rt.build.calibration.calibrate import CalibrationOptions
+from edge_rt.build.calibration.quantize import QuantRecipe
+
+__all__ = ["Int8Options", "ModelPlan", "PLAN", "plan_for"]
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    pattern: str  # regular expression on the model name within its stage
+    recipes: tuple[QuantRecipe, ...]
+    max_samples: int  # calibration calls
+    num_bins: int = 512  # entropy histogram bins (finer costs O(bins^2) Python time per tensor)
+
+
+_DYNAMIC = QuantRecipe("dynamic", mode="dynamic", op_types=("MatMul",), per_channel=False, split_outliers=None)
+PLAN: dict[str, tuple[ModelPlan, ...]] = {
+    "vad": (ModelPlan(".*", (QuantRecipe("full"),), 3000),),
+    "asr": (
+        # The two input convs stay float: quantizing them (and the mel input) cost Whisper base
+        # 1.4 WER points on the real clips; with them float the gate passes (+0.9). 2048 bins:
+        # 512 gave coarser thresholds and +1.9 points (measured 2026-11-29).
+        ModelPlan("encoder", (QuantRecipe("no-conv", op_types=("MatMul", "Gemm")),
+                              QuantRecipe("no-conv-no-fc2", op_types=("MatMul", "Gemm"), exclude=(r"ffn/linear_1",))),
+                  64, num_bins=2048),
+        # Static Q/DQ is tried (and measured) first; it has run slower than FP32 on the step decoder.
+        # Its MatMuls in int8 cost 2.8 WER points (dynamic: 5.1 -> 7.9 %); the tied output projection
+        # alone (a Gemm, most of a step's time: 51865 x 512 weights read per token) is tried last.
+        ModelPlan("decoder", (QuantRecipe("full", split_outliers=None), _DYNAMIC,
+                              QuantRecipe("logits", mode="dynamic", op_types=("Gemm",), split_outliers=None)),
+                  96),
+    ),
+    "mt": (
+        ModelPlan(r".*/encoder", (QuantRecipe("full", split_outliers=None), _DYNAMIC), 90),
+        ModelPlan(r".*/decoder", (QuantRecipe("full", split_outliers=None), _DYNAMIC), 200),
+    ),
+    # Piper: flows and the duration predictor are precision-sensitive (WER 6 -> 11 %) and the
+    # vocoder's ConvTranspose has no fused int8 kernel here, so only plain Conv parts are tried.
+    "tts": (ModelPlan(".*", (
+        QuantRecipe("vocoder-convs", op_types=("Conv",), exclude=(r"^/(enc_p|dp|flow)/",), split_outliers=None),
+        QuantRecipe("text-encoder", op_types=("Conv", "MatMul"), exclude=(r"^/(dec|dp|flow)/",), split_outliers=None),
+    ), 32),),
+}
+
+
+def plan_for(stage: str, model: str, plan: dict) -> ModelPlan | None:
+    """The first plan of ``stage`` whose pattern matches ``model`` (None: the model stays FP32)."""
+    return next((p for p in plan.get(stage, ()) if re.fullmatch(p.pattern, model)), None)
+
+
+@dataclass(frozen=True)
+class Int8Options:
+    """How the INT8 step runs."""
+
+    enabled: bool = True
+    force: bool = False  # redo every stage even when its key is unchanged
+    recipe: AudioRecipe = AudioRecipe()
+    calibration: CalibrationOptions = CalibrationOptions()
+    min_speedup: float = 1.1  # keep INT8 only if at least this much faster than FP32
+    threads: int = 2  # ONNX Runtime threads for the speed figures
+    speech_dir: Path | None = None  # real clips for the Whisper gate (default: gate.speech_dir())
+    plan: dict = field(default_factory=lambda: PLAN)
+    tensorrt_twins: bool = True  # also write int8_trt/ (symmetric static Q/DQ for TensorRT)

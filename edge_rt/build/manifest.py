@@ -1,0 +1,118 @@
+"""The build's side of ``engines/<pack>/manifest.json``: its shape, its atomic write, and the previous
+build's records that an incremental build reuses.
+
+The runtime reads the same file through :class:`edge_rt.pack.BuiltPack`. The top level::
+
+    pack, description      the pack declaration's name and description
+    format                 FORMAT (the layout of this file)
+    edge_rt_version        the edge_rt that built it
+    pack_fingerprint       PackSpec.fingerprint() of the declaration
+    built_at, built_on     local time; {"machine", "python"}
+    wheels                 {wheel name: {"version", "sha256"}}
+    stages                 {stage: record}; a record is what the stage's exporter returned plus
+                           "build_key", "export_s" and "sha256" ({file: sha256}); every path in it
+                           is relative to the pack directory: "models" {model: {precision: path}},
+                           "assets" {name: path (a file or a folder)}
+    int8                   edge_rt.build.calibration.int8.quantize_pack's section
+    tensorrt               edge_rt.build.tensorrt.build_engines's section
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import edge_rt
+from edge_rt.build.files import atomic_write, sha256_file
+from edge_rt.build.packs import PackSpec
+from edge_rt.pack import MANIFEST
+
+__all__ = ["FORMAT", "assemble", "hash_stage_files", "intact", "previous_stage", "read_previous", "stage_files",
+           "write"]
+
+FORMAT = 1
+
+
+def read_previous(out_dir: Path, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """The manifest the last build of ``out_dir`` wrote, or ``{}`` when there is none.
+
+    An unreadable one (cut short by hand, or from an editor) is reported and treated as none:
+    every stage is then rebuilt, which is what ``--force`` would do.
+    """
+    path = Path(out_dir) / MANIFEST
+    if not path.is_file():
+        return {}
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        log(f"the previous manifest {path} is unreadable ({e}); rebuilding every stage")
+        return {}
+    if not isinstance(old, dict) or old.get("format") != FORMAT:
+        log(f"the previous manifest {path} is not format {FORMAT}; rebuilding every stage")
+        return {}
+    return old
+
+
+def previous_stage(old: dict[str, Any], stage: str) -> dict[str, Any] | None:
+    """The previous build's record of ``stage`` (None when it had none)."""
+    record = old.get("stages", {}).get(stage)
+    return record if isinstance(record, dict) else None
+
+
+def stage_files(record: dict[str, Any]) -> list[str]:
+    """Pack-relative paths a stage record names: every model file, then every asset."""
+    rels = [p for m in record.get("models", {}).values() for p in m.values()]
+    rels += list(record.get("assets", {}).values())
+    return rels
+
+
+def hash_stage_files(out_dir: Path, record: dict[str, Any]) -> dict[str, str]:
+    """sha256 of every file a stage record names (assets that are folders are skipped)."""
+    out = {}
+    for rel in stage_files(record):
+        p = Path(out_dir) / rel
+        if p.is_file():
+            out[rel] = sha256_file(p)
+    return out
+
+
+def intact(out_dir: Path, record: dict[str, Any]) -> bool:
+    """Whether every file of a previous stage record is still there (a hashed file must not be empty).
+
+    Sizes, not hashes, are checked: re-hashing hundreds of MB on every build would cost more than
+    the check is worth; ``--force`` rebuilds a stage whose files were edited in place.
+    """
+    hashes = record.get("sha256", {})
+    for rel in stage_files(record):
+        p = Path(out_dir) / rel
+        if not p.exists():
+            return False
+        if rel in hashes and p.is_file() and p.stat().st_size == 0:
+            return False
+    return True
+
+
+def assemble(spec: PackSpec, stages: dict[str, Any], int8: dict[str, Any], tensorrt: dict[str, Any]) -> dict[str, Any]:
+    """The whole manifest of one build (see the module doc for its keys)."""
+    return {
+        "pack": spec.name,
+        "description": spec.description,
+        "format": FORMAT,
+        "edge_rt_version": edge_rt.__version__,
+        "pack_fingerprint": spec.fingerprint(),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "built_on": {"machine": platform.machine(), "python": platform.python_version()},
+        "wheels": {w.name: {"version": w.version, "sha256": w.sha256} for w in spec.wheels.values()},
+        "stages": stages,
+        "int8": int8,
+        "tensorrt": tensorrt,
+    }
+
+
+def write(out_dir: Path, manifest: dict[str, Any]) -> Path:
+    """Write ``<out_dir>/manifest.json`` atomically: the old one stays until the new one is complete."""
+    text = json.dumps(manifest, indent=2, sort_keys=False) + "\n"
+    return atomic_write(Path(out_dir) / MANIFEST, lambda tmp: tmp.write_text(text))

@@ -1,0 +1,160 @@
+"""``edge-rt``: the only module that reads argv or prints for humans."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from edge_rt.cli.measure import _cmd_bench, _cmd_eval, _cmd_selftest
+from edge_rt.cli.ops import _cmd_doctor, _cmd_replay, _cmd_report, _cmd_serve
+from edge_rt.cli.speech import _cmd_devices, _cmd_run, _cmd_translate
+from edge_rt.errors import EdgeRtError
+
+
+def _add_pack_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pack", default="default", help="built pack name under engines/ or its folder (default: default)")
+    p.add_argument("--precision", choices=("fp32", "int8"), default="int8",
+                   help="engine precision (default int8: the build's gated INT8 models, each falling back to fp32 "
+                        "where the build kept it in fp32, see engines/<pack>/build_report.md; fp32 forces fp32)")
+    p.add_argument("--threads", type=int, default=2, help="ONNX Runtime threads per engine (default 2)")
+    p.add_argument("--backend", choices=("cpu", "tensorrt", "auto"), default="auto",
+                   help="what runs the engines: auto (default) = TensorRT where the pack has engines built for this "
+                        "TensorRT and GPU, else the CPU (it says which and why); tensorrt fails if it cannot run")
+
+
+def _add_ops_commands(sub) -> None:
+    s = sub.add_parser("serve", help="the systemd service: config file, READY/STATUS/WATCHDOG, restarts audio")
+    s.add_argument("--config", default=None, help="TOML config (systemd/config.example.toml); flags override it")
+    s.add_argument("--to", default=None, help="override translate.to")
+    s.add_argument("--from", dest="source", default=None, help="override translate.from")
+    s.add_argument("--pack", default=None, help="override pack.name")
+    s.add_argument("--precision", choices=("fp32", "int8"), default=None, help="override pack.precision")
+    s.add_argument("--backend", choices=("cpu", "tensorrt", "auto"), default=None, help="override engine.backend")
+    s.add_argument("--device-in", default=None, help="override audio.device_in")
+    s.add_argument("--device-out", default=None, help="override audio.device_out")
+    s.add_argument("--record", default=None, help="override record.dir (one session folder per audio open)")
+    s.set_defaults(func=_cmd_serve)
+
+    dr = sub.add_parser("doctor", help="check this device: packages, GPU, pack integrity, audio devices, disk")
+    dr.add_argument("--config", default=None, help="config to check (default /etc/edge-rt/config.toml if present)")
+    dr.add_argument("--quick", action="store_true", help="skip hashing the pack's files and loading it to measure memory")
+    dr.add_argument("--json", action="store_true")
+    dr.set_defaults(func=_cmd_doctor)
+
+    st = sub.add_parser("selftest", help="on a GPU: TensorRT vs CPU per engine and bucket, WER/chrF, CUDA graphs, "
+                                         "bench latency; a report to send back ('skipped: no GPU' elsewhere)")
+    st.add_argument("--pack", default="default", help="built pack name under engines/ or its folder (default: default)")
+    st.add_argument("--out", default="selftest", help="folder for selftest.md and selftest.json (default ./selftest)")
+    st.add_argument("--limit", type=int, default=None, help="at most this many real clips for accuracy and bench")
+    st.add_argument("--no-accuracy", action="store_true", help="skip WER/chrF through TensorRT and the CPU")
+    st.add_argument("--no-latency", action="store_true", help="skip bench turn latency on TensorRT and the CPU")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=_cmd_selftest)
+
+    rp = sub.add_parser("replay", help="re-run a recorded session's input at its pace and compare with the recording")
+    rp.add_argument("dir", help="session folder (edge-rt run --record DIR)")
+    rp.add_argument("--pack", default=None, help="pack to replay with (default: the recorded one)")
+    rp.add_argument("--precision", choices=("fp32", "int8"), default=None)
+    rp.add_argument("--speed", type=float, default=1.0, help="replay speed (latencies compare only at 1)")
+    rp.add_argument("--json", action="store_true")
+    rp.set_defaults(func=_cmd_replay)
+
+    rr = sub.add_parser("report", help="write a self-contained HTML report of a recorded session")
+    rr.add_argument("dir", help="session folder")
+    rr.add_argument("-o", "--output", default=None, help="HTML file (default DIR/report.html)")
+    rr.set_defaults(func=_cmd_report)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="edge-rt", description="On-device live speech translation.")
+    ap.add_argument("--version", action="version", version=f"edge-rt {__import__('edge_rt').__version__}")
+    sub = ap.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("translate", help="translate the speech in an audio file into a WAV of translated speech")
+    t.add_argument("input", help="audio file (any format/rate/channels libsndfile reads)")
+    t.add_argument("--to", required=True, help="target language (en or pt with the default pack)")
+    t.add_argument("--from", dest="source", default=None, help="source language (default: detect)")
+    t.add_argument("-o", "--output", default=None, help="output WAV (default: <input>.<to>.wav)")
+    t.add_argument("--json", action="store_true", help="print utterances and output path as JSON")
+    _add_pack_args(t)
+    t.set_defaults(func=_cmd_translate)
+
+    r = sub.add_parser("run", help="live: translate the microphone into the headset")
+    r.add_argument("--to", required=True, help="target language (en or pt with the default pack)")
+    r.add_argument("--from", dest="source", default=None, help="source language (default: detect)")
+    r.add_argument("--device-in", default=None, help="capture device: index or part of its name (edge-rt devices)")
+    r.add_argument("--device-out", default=None, help="playback device: index or part of its name")
+    r.add_argument("--rate-in", type=int, default=None, help="capture rate (default: the device's)")
+    r.add_argument("--rate-out", type=int, default=None, help="playback rate (default: the device's)")
+    r.add_argument("--audio-backend", choices=("sounddevice", "pyaudio"), default="sounddevice",
+                   help="audio library (default sounddevice)")
+    r.add_argument("--hangover-ms", type=int, default=288, help="silence that ends an utterance (default 288)")
+    r.add_argument("--trace", default=None, help="append one JSON line per utterance to this file")
+    r.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus /metrics on this port (0: off)")
+    r.add_argument("--metrics-bind", default="127.0.0.1", help="address for /metrics (default 127.0.0.1)")
+    r.add_argument("--record", default=None, help="field test: record the session into this new folder")
+    r.add_argument("--latency-budget-ms", type=float, default=1500.0,
+                   help="with --record: dump the flight recorder when an utterance is slower (default 1500)")
+    _add_pack_args(r)
+    r.set_defaults(func=_cmd_run)
+
+    b = sub.add_parser("bench", help="turn latency of the live loop on the real speech set, vs a serial pipeline")
+    b.add_argument("--clip", action="append", default=[], help="clip id from manifest.jsonl (repeatable)")
+    b.add_argument("--limit", type=int, default=None, help="at most this many clips")
+    b.add_argument("--speech-dir", default=None, help="folder with manifest.jsonl (default ../shared/data/speech)")
+    b.add_argument("--no-baseline", action="store_true", help="skip the serial baseline")
+    b.add_argument("--no-partials", action="store_true", help="no partial decodes (live captions) during speech")
+    b.add_argument("--no-speculation", action="store_true", help="no decode/translate ahead at pauses")
+    b.add_argument("--speculate-after-ms", type=int, default=None, metavar="MS",
+                   help="pause after which the utterance so far is decoded, translated and its first clause "
+                        "synthesized ahead (default: the loop's, 64)")
+    b.add_argument("--early-commit", action="store_true",
+                   help="end an utterance at a pause once its text is a complete sentence (faster, less accurate)")
+    b.add_argument("--check", default=None, metavar="FILE",
+                   help="perf-regression check: run FILE's clips, fail if a stage's time in units of a speed "
+                        "probe grew beyond FILE's tolerance, the loop is not faster than serial, or a clip failed")
+    b.add_argument("--record-check", default=None, metavar="FILE",
+                   help="write this run's per-stage speeds as a check file (record on an idle machine)")
+    b.add_argument("--peer", action="store_true",
+                   help="also time faster-whisper + the same MT + Piper/espeak on the same weights (dev extra)")
+    b.add_argument("--peer-wait-ms", type=float, default=None, metavar="MS",
+                   help="the peer's end-of-speech wait (default: faster-whisper's VAD min_silence_duration_ms, 2000)")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--plot", default=None, help="write a PNG: per-stage heat-map and latency distribution")
+    b.add_argument("--soak", type=float, default=None, metavar="MINUTES",
+                   help="soak instead: speech and silence at real time for MINUTES; RSS, lag, overruns as JSON")
+    b.add_argument("--soak-warmup-s", type=float, default=None,
+                   help="with --soak: seconds before RSS growth is measured (default: one pass over the clips)")
+    _add_pack_args(b)
+    b.set_defaults(func=_cmd_bench)
+
+    e = sub.add_parser("eval", help="accuracy on the real speech set: WER/CER, chrF/BLEU, ASR-BLEU, INT8 vs FP32")
+    e.add_argument("--clip", action="append", default=[], help="clip id from manifest.jsonl (repeatable)")
+    e.add_argument("--limit", type=int, default=None)
+    e.add_argument("--precisions", default="int8,fp32", help="comma-separated: int8,fp32 (default both)")
+    e.add_argument("--no-spoken", action="store_true", help="skip transcribing the synthesized output back")
+    e.add_argument("--json", action="store_true")
+    _add_pack_args(e)
+    e.set_defaults(func=_cmd_eval)
+
+    d = sub.add_parser("devices", help="list audio devices")
+    d.add_argument("--audio-backend", choices=("sounddevice", "pyaudio"), default="sounddevice")
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(func=_cmd_devices)
+    _add_ops_commands(sub)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except EdgeRtError as e:
+        print(f"edge-rt: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("edge-rt: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,26 @@
+"""What several sub-commands share: stage options from the flags, the backend line, caption printing."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _stage_options(args: argparse.Namespace):
+    from edge_rt.pipeline import StageOptions
+
+    return StageOptions(precision=args.precision, threads=args.threads, backend=args.backend)
+
+
+def _say_backend(console, pipe) -> None:
+    console.print(f"backend: {pipe.backend.name} ({pipe.backend.reason})", highlight=False)
+
+
+def _show_caption(console):
+    """Print live captions: partials rewrite one status line on a terminal (skipped in a log, e.g. under systemd);
+    finals and translations are lines, so a log keeps them."""
+    def show(event) -> None:
+        if not event.transient:
+            console.print(event.markup(), highlight=False, soft_wrap=True)
+        elif console.is_terminal:
+            console.print(event.markup(), end="\r", highlight=False, soft_wrap=True)
+    return show

@@ -1,0 +1,148 @@
+"""`edge-rt bench`, `eval` and `selftest`: the commands that produce numbers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from edge_rt.errors import EdgeRtError
+
+
+def _cmd_soak(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from edge_rt.measure.soak import SoakOptions, soak
+
+    console = Console(stderr=True)
+    opts = SoakOptions(minutes=args.soak, pack=args.pack, precision=args.precision, threads=args.threads,
+                       backend=args.backend,
+                       clips=tuple(args.clip), warmup_s=args.soak_warmup_s,
+                       speech_dir=Path(args.speech_dir) if args.speech_dir else None)
+    result = soak(opts, log=lambda s: console.print(
+        f"{s['t_s']:7.0f} s  RSS {s['rss_mb']:6.1f} MB  lag {s['capture_lag_s']:5.2f} s  playback "
+        f"{s['playback_backlog_s']:5.2f} s  overruns {s['overruns']}  utterances {s['utterances']}", highlight=False,
+        soft_wrap=True))
+    if args.json:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+    else:
+        rss, lag = result["rss_mb"], result["capture_lag_s"]
+        console.print(f"soak {opts.minutes:g} min: RSS {rss['warm']:.0f} → {rss['end']:.0f} MB after warm-up "
+                      f"({rss['growth_pct_after_warmup']:+.1f} %), lag max {lag['first_half_max']:.2f} s / "
+                      f"{lag['second_half_max']:.2f} s (1st / 2nd half), overruns {result['capture']['overruns']}, "
+                      f"utterances {result['utterances']['total']}", highlight=False)
+    return 0
+
+
+def _speculation(args: argparse.Namespace) -> dict:
+    """BenchOptions keywords for --no-speculation / --speculate-after-ms (absent: the loop's default)."""
+    if args.no_speculation:
+        return {"speculate_after_ms": None}
+    return {} if args.speculate_after_ms is None else {"speculate_after_ms": args.speculate_after_ms}
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from edge_rt.measure.bench import BenchOptions, bench
+
+    if args.soak is not None:
+        return _cmd_soak(args)
+    console = Console(stderr=True)
+
+    def log(r):
+        ms = lambda v: f"{v:7.0f}" if v is not None else "      -"  # noqa: E731
+        lat = f"{ms(r.turn_latency_ms)} ms" if r.status in ("ok", "not run") else f"{r.status.upper():>10}"
+        peer = f"  peer {ms(r.peer_ms)} ms" if r.peer_ms is not None else ""
+        console.print(f"{r.id:34} {r.lang}→{r.target} turn {lat}  serial {ms(r.serial_ms)} ms{peer}  "
+                      f"{r.reason or r.translation[:60]}", highlight=False)
+
+    recorded = None
+    if args.check:
+        recorded = json.loads(Path(args.check).read_text())
+        args.clip = args.clip or recorded["clips"]
+    elif args.record_check and not args.clip and Path(args.record_check).is_file():
+        args.clip = json.loads(Path(args.record_check).read_text())["clips"]  # re-record on the same clips
+    opts = BenchOptions(pack=args.pack, precision=args.precision, threads=args.threads, backend=args.backend,
+                        clips=tuple(args.clip),
+                        limit=args.limit, baseline=not args.no_baseline, partials=not args.no_partials,
+                        early_commit=args.early_commit, **_speculation(args), peer=args.peer, peer_wait_ms=args.peer_wait_ms,
+                        speed_repeats=5 if (args.check or args.record_check) else 0,
+                        slowdown=os.environ.get("EDGE_RT_BENCH_SLOWDOWN", ""),  # test hook: measure/slowdown.py
+                        speech_dir=Path(args.speech_dir) if args.speech_dir else None)
+    result = bench(opts, log=log)
+    if args.record_check:
+        from edge_rt.measure.perf_check import record_check
+
+        record_check(result, [c["id"] for c in result["clips"]], args.record_check)
+    ok = True
+    if recorded is not None:
+        from edge_rt.measure.perf_check import check_regression
+
+        ok, msg = check_regression(result, recorded)
+        result["check"] = {"ok": ok, "message": msg}
+        console.print(msg, highlight=False)
+    if args.plot:
+        from edge_rt.measure.plots import bench_plot
+
+        bench_plot(result, args.plot)
+    if args.json:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+    else:
+        lat, r = result["turn_latency_ms"], result
+        peer = f"; peer P50 {r['peer_p50_ms']:.0f} ms (x{r['speedup_vs_peer'] or 0:.2f})" if r["peer_p50_ms"] else ""
+        console.print(f"turn latency P50 {lat['p50'] or 0:.0f} ms, P95 {lat['p95'] or 0:.0f} ms "
+                      f"({r['clips_measured']} of {len(r['clips'])} clips); serial P50 {r['serial_p50_ms'] or 0:.0f} "
+                      f"ms (x{r['speedup_vs_serial'] or 0:.2f}){peer}; peak RSS {r['rss_mb_peak']:.0f} MB; "
+                      f"cold start {r['cold_start_s']:.1f} s", highlight=False)
+        if r["failed"]:
+            console.print(f"FAILED clips (the last utterance produced no speech): {', '.join(r['failed'])}",
+                          highlight=False)
+    return 0 if ok else 1
+
+
+# -- operations: serve, doctor, replay, report (systemd/README.md) ---------------
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from edge_rt.measure.eval import EvalOptions, evaluate
+
+    precisions = tuple(args.precisions.split(","))
+    for p in precisions:
+        if p not in ("int8", "fp32"):
+            raise EdgeRtError(f"--precisions takes int8 and/or fp32 separated by commas, not {p!r}")
+    result = evaluate(EvalOptions(pack=args.pack, precisions=precisions, threads=args.threads, backend=args.backend,
+                                  clips=tuple(args.clip), limit=args.limit, spoken=not args.no_spoken))
+    if args.json:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+        return 0
+    table = Table("precision", "ASR WER/CER % (whole clips)", "live segmentation", "chrF", "BLEU", "ASR-BLEU",
+                  "round-trip WER %")
+    for p, r in result["precisions"].items():
+        asr = ", ".join(f"{lang} {v['value']:.1f}" for lang, v in r["asr"].items())
+        live = ", ".join(f"{lang} {v['value']:.1f}" for lang, v in r["asr_live_segmentation"].items())
+        table.add_row(p, asr, live, str(r["translation"]["chrf"]), str(r["translation"]["bleu"]),
+                      str(r["asr_bleu"]["bleu"]), str(r.get("spoken_roundtrip_wer")))
+    Console().print(table)
+    return 0
+
+
+def _cmd_selftest(args: argparse.Namespace) -> int:
+    from edge_rt.ops.selftest import SelftestOptions, selftest
+
+    opts = SelftestOptions(pack=args.pack, out=Path(args.out), limit=args.limit, accuracy=not args.no_accuracy,
+                           latency=not args.no_latency)
+    result = selftest(opts, log=lambda m: print(m, file=sys.stderr))
+    if args.json:
+        print(json.dumps(result, indent=2, ensure_ascii=False, default=str))
+    elif result.get("skipped"):
+        print(f"skipped: {result['reason']}")
+    else:
+        print(Path(result["report"]).read_text())
+        print(f"wrote {result['report']} and selftest.json: send them back")
+    return 0

@@ -1,0 +1,90 @@
+"""One utterance (or the utterance so far, at a pause) into text and its translation.
+
+Pure of loop state: the loop hands the captured samples, the stages and its options, and gets a
+:class:`Hypothesis` back, which the end of the utterance may reuse (speculation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Iterator
+
+import numpy as np
+
+from edge_rt.errors import EdgeRtError
+from edge_rt.loop.options import LoopOptions
+from edge_rt.loop.stages import Stages
+from edge_rt.stages.gain import apply_gain
+from edge_rt.stages.tts.voice import TtsAudio
+
+__all__ = ["Hypothesis", "SENTENCE_END", "level", "recognize", "with_first_clause"]
+
+SENTENCE_END = (".", "?", "!", "。", "？", "！")
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """The final text of an utterance up to ``end``, its translation, and when they were ready."""
+
+    end: int  # capture sample index the hypothesis covers up to
+    lang: str
+    text: str  # in the source language; "" when only the translation was decoded (see source_pending)
+    translation: str
+    asr_ns: int
+    mt_ns: int
+    source_pending: bool = False  # Whisper translated directly: the source transcript comes after the audio
+    # Speculation also synthesizes the first clause: (its audio, the rest of the clauses, not yet synthesized).
+    speech: tuple[TtsAudio, Iterator[TtsAudio]] | None = None
+
+    @property
+    def complete(self) -> bool:
+        return (self.text or self.translation).rstrip().endswith(SENTENCE_END)
+
+
+def level(audio: np.ndarray, options: LoopOptions) -> np.ndarray:
+    """Automatic gain: a quiet utterance reaches Whisper at speech level (see stages/gain.py)."""
+    return audio if options.gain is None else apply_gain(audio, options.gain)
+
+
+def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int, clock) -> Hypothesis:
+    """One Whisper pass (language detection picks transcribe or translate) + MT of ``audio``
+    (float32 16 kHz, already levelled), which ends at capture sample ``end``.
+
+    On a translate route the source-language transcript is not on the critical path: the loop
+    decodes it after the first translated clause is on its way (``source_pending``).
+    """
+    target = options.target
+
+    def task_for(lang: str) -> str:
+        try:
+            return stages.route(lang, target).asr_task
+        except EdgeRtError:
+            return "transcribe"  # no route: the error is raised below with its message
+
+    first = stages.asr.transcribe(audio, language=options.source,
+                                  task=task_for if stages.asr.multilingual else "transcribe")
+    heard = first.text.strip()
+    unsure = options.unsure
+    if unsure is not None and first.no_speech_prob > unsure[0] and first.avg_logprob < unsure[1]:
+        heard = ""  # babble or noise, not speech to this device
+    if not heard:
+        now = clock.now_ns()
+        return Hypothesis(end, first.language, "", "", now, now)
+    route = stages.route(first.language, target)
+    translated = route.asr_task == "translate"
+    asr_ns = clock.now_ns()
+    spoken = heard
+    if route.mt_pair and spoken:
+        spoken = stages.mt.translate(spoken, *route.mt_pair)
+    return Hypothesis(end, first.language, "" if translated else heard, spoken, asr_ns, clock.now_ns(),
+                      source_pending=translated)
+
+
+def with_first_clause(hyp: Hypothesis, tts, target: str) -> Hypothesis:
+    """``hyp`` with its first clause synthesized, so a pause that becomes the end starts playing at
+    once; the other clauses are synthesized only if it does. Raises what the synthesizer raises."""
+    if not any(c.isalnum() for c in hyp.translation):
+        return hyp
+    clauses = iter(tts.clauses(hyp.translation, target))
+    first = next(clauses, None)
+    return hyp if first is None else replace(hyp, speech=(first, clauses))

@@ -1,0 +1,149 @@
+"""The CI perf-regression check: each stage's time in units of a speed probe measured in the same run.
+
+``edge-rt bench --check tests/perf_check.json`` runs the file's clips, times every
+stage on them (the serial pipeline's ASR, MT and first TTS chunk, the VAD over the
+clip; the fastest of ``repeats`` runs each, interleaved with the probe) and divides
+each stage's total by the probe's time (:mod:`edge_rt.measure.probe`). A stage
+that gets 2x slower doubles its ratio and fails; a machine that is 2x slower (or
+busier) slows the probe alike and passes. ``--record-check FILE`` writes a new
+reference (record it on an idle machine).
+
+A clip that fails (the utterance holding the end of speech produced no speech)
+fails the check. The live loop's turn latency is printed beside the serial
+pipeline's but not gated: it is wall-clock time of a real-time replay, and on a
+busy 2-core machine it moved by x2 between runs of the same tree (e.g. en_fleurs_luna
+468 ms, then 1028 ms), more than any useful limit.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from edge_rt.errors import EdgeRtError
+from edge_rt.loop.options import LoopOptions
+from edge_rt.measure.serial import serial_turn
+
+__all__ = ["CHECK_TOLERANCE", "CHECKED_STAGES", "measure_speed", "check_regression", "record_check"]
+
+CHECKED_STAGES = ("vad", "asr", "mt", "tts")
+# Fail when a stage's probe-relative time exceeds the recorded one by more than this fraction. A 2x
+# stage slowdown measures x1.8-x2.3; an unchanged tree measured within x0.7-x1.3 on an idle machine and
+# up to x1.5-x1.9 for the ASR while other jobs ran on this 2-core machine (record and check on quiet ones).
+CHECK_TOLERANCE = 0.5
+CHEAP_CALLS = 3  # the VAD, MT and TTS take tens of ms: time them this many times per repeat, keep the fastest
+SETTLE_S = 0.05  # rest before each timed piece: ONNX Runtime's spinning threads of the previous one go quiet
+
+
+def _times_ms(calls: int, fn) -> list[float]:
+    """Milliseconds of ``calls`` calls of ``fn``, each after a rest."""
+    out = []
+    for _ in range(calls):
+        time.sleep(SETTLE_S)
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def _threads(stages, stage: str, target: str, threads: int) -> int:
+    """Cores a stage computes on: ASR and Piper on ``threads``, the VAD, MT and espeak-ng on one."""
+    if stage == "asr" or (stage == "tts" and stages.tts.engine(target) == "piper"):
+        return threads
+    return 1
+
+
+def measure_speed(stages, clips: Sequence[tuple[np.ndarray, int, LoopOptions]], probes: dict, repeats: int = 3,
+                  threads: int = 2) -> dict:
+    """Per-stage time over ``clips`` (audio, oracle end, loop options) in units of a probe, same run.
+
+    ``probes`` maps a thread count to a :class:`~edge_rt.measure.probe.SpeedProbe` on that many threads
+    (1 and ``threads``): a stage is measured in units of the probe that runs on as many cores as it does,
+    since load from other processes slows a 2-thread workload more than a 1-thread one.
+    For each clip, ``repeats`` times: the probes, the serial pipeline (ASR, MT, first TTS chunk, each
+    timed alone), the VAD over the clip, the probes again; the short stages (VAD, MT, TTS) ``CHEAP_CALLS``
+    times each. Load from other processes only ever slows a run, so the fastest sample is the least
+    disturbed: a stage's figure is the sum over the clips of its fastest time, divided by the fastest
+    probe window (each window runs the probe graph back to back for about as long as one decode: a
+    single 20 ms probe run falls into idle moments that a 400 ms decode never gets).
+    """
+    if repeats < 1 or not clips:
+        raise ValueError(f"measure_speed needs repeats >= 1 and at least one clip, got {repeats}, {len(clips)}")
+
+    def run_probes() -> dict[int, float]:
+        out = {}
+        for n, probe in probes.items():
+            time.sleep(SETTLE_S)
+            out[n] = probe()
+        return out
+
+    samples = [{s: [] for s in CHECKED_STAGES} for _ in clips]
+    probe_ms: dict[int, list[float]] = {n: [] for n in probes}
+    for _ in range(repeats):
+        for i, (audio, end, options) in enumerate(clips):
+            before = run_probes()
+            turn = serial_turn(stages, audio, end, options, settle_s=SETTLE_S)
+            samples[i]["asr"].append(turn.asr_ms)
+            samples[i]["vad"] += _times_ms(CHEAP_CALLS, lambda: stages.vad.probabilities(audio))
+            if turn.mt_pair:
+                samples[i]["mt"] += _times_ms(CHEAP_CALLS, lambda: stages.mt.translate(turn.heard, *turn.mt_pair))
+            if any(c.isalnum() for c in turn.text):
+                samples[i]["tts"] += _times_ms(
+                    CHEAP_CALLS, lambda: next(iter(stages.tts.clauses(turn.text, options.target))))
+            after = run_probes()
+            for n in probes:
+                probe_ms[n] += [before[n], after[n]]
+    unit = {n: min(v) for n, v in probe_ms.items()}
+    per_clip = [{s: min(v) if v else 0.0 for s, v in c.items()} for c in samples]
+    relative = {s: sum(c[s] / unit[_threads(stages, s, clip[2].target, threads)] for c, clip in zip(per_clip, clips))
+                for s in CHECKED_STAGES}
+    return {"probe_ms": {f"{n}_threads": round(v, 3) for n, v in unit.items()}, "repeats": repeats,
+            "stages_ms": {s: round(sum(c[s] for c in per_clip), 3) for s in CHECKED_STAGES},
+            "relative": {s: round(v, 4) for s, v in relative.items()}}
+
+
+def check_regression(result: dict, recorded: dict) -> tuple[bool, str]:
+    """This run's ``result["speed"]`` (and live figures, when present) against a recorded check file."""
+    speed = result.get("speed")
+    if not speed:
+        raise EdgeRtError("the bench result holds no stage timings to check (run `edge-rt bench --check FILE`)")
+    tol = recorded.get("tolerance", CHECK_TOLERANCE)
+    lines, ok = [], True
+    for s in CHECKED_STAGES:
+        ref, now = recorded["relative"].get(s), speed["relative"][s]
+        if not ref:  # a stage the reference clips never ran (e.g. no MT route): nothing to compare
+            continue
+        grew = now / ref
+        bad = grew > 1 + tol
+        ok &= not bad
+        lines.append(f"{s:4} {speed['stages_ms'][s]:8.1f} ms = {now:7.2f} probes (recorded {ref:7.2f}, "
+                     f"x{grew:.2f}, limit x{1 + tol:.2f}){'  REGRESSION' if bad else ''}")
+    live, serial = (result.get("turn_latency_ms") or {}).get("p50"), (result.get("serial_ms") or {}).get("p50")
+    if live is not None and serial is not None:  # wall-clock, real-time paced: reported, not gated (see top)
+        lines.append(f"live turn P50 {live:.0f} ms vs serial {serial:.0f} ms (x{serial / live:.2f}; not gated)")
+    if result.get("failed"):
+        ok = False
+        lines.append(f"failed clips (last utterance not spoken): {', '.join(result['failed'])}")
+    probes = ", ".join(f"{v:.2f} ms on {k.replace('_', ' ')}" for k, v in speed["probe_ms"].items())
+    lines.append(f"speed probe {probes}; perf check: {'ok' if ok else 'REGRESSION'}")
+    return ok, "\n".join(lines)
+
+
+def record_check(result: dict, clips: list[str], path: str | Path) -> dict:
+    """Write this run's probe-relative stage times as the reference of ``--check``."""
+    from edge_rt.atomic import atomic_write
+
+    speed = result.get("speed")
+    if not speed:
+        raise EdgeRtError("the bench result holds no stage timings to record")
+    data = {"clips": clips, "pack": result["pack"], "precision": result["precision"],
+            "relative": speed["relative"], "tolerance": CHECK_TOLERANCE,
+            "probe_ms": speed["probe_ms"], "stages_ms": speed["stages_ms"], "repeats": speed["repeats"],
+            "turn_latency_p50_ms": (result.get("turn_latency_ms") or {}).get("p50"),
+            "serial_p50_ms": (result.get("serial_ms") or {}).get("p50")}
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(data, indent=2) + "\n"))
+    return data

@@ -1,0 +1,78 @@
+"""The one place that builds a running pipeline: pack + options + backend -> stages -> Loop.
+
+Every entry point (``translate``, ``run``, ``serve``, ``replay``, ``bench``, ``eval``, the soak)
+goes through :class:`Pipeline`::
+
+    pipe = Pipeline.load("default", StageOptions(precision="int8", backend="auto"))
+    log.info("backend: %s (%s)", pipe.backend.name, pipe.backend.reason)
+    traces = pipe.loop(source, sink, LoopOptions(target="pt")).run()
+
+The backend is chosen once (:func:`~edge_rt.backends.factory.choose_backend`), the engines are
+built by its factory, and the stages receive them: no stage constructs a backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from edge_rt.backends.factory import BACKENDS, BackendChoice, EngineFactory, choose_backend, engine_factory
+from edge_rt.loop.stages import StageOptions, Stages
+from edge_rt.pack import BuiltPack
+
+__all__ = ["Pipeline", "StageOptions", "load_stages"]
+
+
+def load_stages(pack: BuiltPack, options: StageOptions = StageOptions(),
+                environment: Callable[[], object | None] | None = None) -> Stages:
+    """VAD, ASR, MT and TTS of ``pack`` on the backend ``options.backend`` resolves to here.
+
+    Args:
+        environment: returns the TensorRT environment or None (default: detected); for tests.
+
+    Raises:
+        BackendUnavailableError: ``backend="tensorrt"`` where it cannot run (names what to install or rebuild).
+    """
+    from edge_rt.stages.asr.whisper import Asr, AsrOptions
+    from edge_rt.stages.mt.translator import MtOptions, Translator
+    from edge_rt.stages.tts.voice import Tts, TtsOptions
+    from edge_rt.stages.vad import SileroVad, VadOptions
+
+    if options.backend not in BACKENDS:
+        raise ValueError(f"StageOptions.backend must be one of {', '.join(BACKENDS)}, not {options.backend!r}")
+    choice = choose_backend(pack, options.backend, environment)
+    engines: EngineFactory = engine_factory(pack, choice)
+    p, t = options.precision, options.threads
+    return Stages(
+        SileroVad.from_pack(pack, VadOptions(precision=p), engines=engines),
+        Asr.from_pack(pack, AsrOptions(precision=p, threads=t), engines=engines),
+        Translator.from_pack(pack, MtOptions(precision=p), engines=engines),
+        Tts.from_pack(pack, TtsOptions(precision=p, threads=t), engines=engines),
+        backend=choice,
+    )
+
+
+@dataclass
+class Pipeline:
+    """A loaded pack with its stages, ready to make loops (one at a time: the stages hold state)."""
+
+    pack: BuiltPack
+    stages: Stages
+
+    @classmethod
+    def load(cls, pack: str | Path | BuiltPack, options: StageOptions = StageOptions(),
+             environment: Callable[[], object | None] | None = None) -> "Pipeline":
+        """Load ``pack`` (a name under ``engines/``, a folder, or a loaded pack) and its stages."""
+        built = pack if isinstance(pack, BuiltPack) else BuiltPack.load(pack)
+        return cls(built, load_stages(built, options, environment))
+
+    @property
+    def backend(self) -> BackendChoice:
+        return self.stages.backend
+
+    def loop(self, source, sink, options, *, on_caption=None, trace=None, observers: Sequence = ()):
+        """A :class:`~edge_rt.loop.loop.Loop` over this pipeline's stages."""
+        from edge_rt.loop.loop import Loop
+
+        return Loop(self.stages, source, sink, options, on_caption=on_caption, trace=trace, observers=observers)

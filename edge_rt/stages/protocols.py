@@ -1,0 +1,80 @@
+"""The small protocols the loop talks to: one per stage, whatever model or backend is behind it.
+
+The loop (:mod:`edge_rt.loop`) and the measurements depend on these, never on Whisper, Marian,
+Piper, ONNX Runtime or TensorRT. The implementations (``stages/vad.py``, ``stages/asr/``,
+``stages/mt/``, ``stages/tts/``) receive their engines from a
+:class:`~edge_rt.backends.factory.EngineFactory`; no stage constructs a backend.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Iterator, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+if TYPE_CHECKING:  # the result types live with their implementations
+    from edge_rt.stages.asr.whisper import AsrResult
+    from edge_rt.stages.tts.voice import TtsAudio
+
+__all__ = ["Asr", "Translator", "Tts", "Vad"]
+
+
+@runtime_checkable
+class Vad(Protocol):
+    """Speech probability of each 32 ms frame, streaming."""
+
+    def reset(self) -> None:
+        """Forget the recurrent state (start of a new stream)."""
+        ...
+
+    def __call__(self, frame: np.ndarray) -> float:
+        """float32 [512] at 16 kHz -> speech probability in [0, 1]."""
+        ...
+
+    def probabilities(self, audio: np.ndarray) -> np.ndarray:
+        """Per-frame probabilities of a whole clip (offline use: eval, bench's oracle)."""
+        ...
+
+
+@runtime_checkable
+class Asr(Protocol):
+    """Speech -> text (and X -> English translation where the model can)."""
+
+    @property
+    def languages(self) -> Sequence[str]: ...
+
+    @property
+    def multilingual(self) -> bool: ...
+
+    def transcribe(self, audio: np.ndarray, *, language: str | None = None,
+                   task: str | Callable[[str], str] = "transcribe") -> "AsrResult":
+        """float32 [n] mono 16 kHz -> text, language and decoding statistics."""
+        ...
+
+
+@runtime_checkable
+class Translator(Protocol):
+    """Text in one language -> text in another."""
+
+    @property
+    def pairs(self) -> Sequence[str]:
+        """``"src-tgt"`` codes, e.g. ``("en-pt", "pt-en")``."""
+        ...
+
+    def translate(self, text: str, src: str, tgt: str) -> str: ...
+
+
+@runtime_checkable
+class Tts(Protocol):
+    """Text -> speech, clause by clause."""
+
+    @property
+    def languages(self) -> Sequence[str]: ...
+
+    def sample_rate(self, lang: str) -> int: ...
+
+    def synthesize(self, text: str, lang: str) -> "TtsAudio": ...
+
+    def clauses(self, text: str, lang: str) -> Iterator["TtsAudio"]:
+        """One chunk per sentence (the first clause alone where the options say so), lazily."""
+        ...

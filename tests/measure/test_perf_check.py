@@ -1,0 +1,92 @@
+"""The perf-regression check can fail: a 2x slower stage fails it, a 2x slower machine does not.
+
+The slow tests time the real pack's stages on the clips of tests/perf_check.json against the
+recorded reference, exactly as `edge-rt bench --check` does (without the real-time loop, which
+the check runs too but which is timed in wall-clock seconds), with the bench's test-only
+slowdown hook (edge_rt/measure/slowdown.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edge_rt.errors import EdgeRtError
+from edge_rt.measure.bench import BenchOptions, bench
+from edge_rt.measure.perf_check import CHECKED_STAGES, check_regression
+from edge_rt.measure.slowdown import Slowdown
+
+CHECK_FILE = Path(__file__).resolve().parents[1] / "perf_check.json"
+
+
+def _result(relative: dict, live=None, serial=None, failed=()) -> dict:
+    return {"speed": {"relative": relative, "stages_ms": dict.fromkeys(relative, 1.0),
+                      "probe_ms": {"1_threads": 20.0, "2_threads": 10.0}},
+            "turn_latency_ms": {"p50": live}, "serial_ms": {"p50": serial}, "failed": list(failed)}
+
+
+REF = {"relative": {"vad": 8.0, "asr": 80.0, "mt": 4.0, "tts": 2.0}, "tolerance": 0.5}
+
+
+def test_check_passes_within_tolerance_and_names_the_stage_beyond_it():
+    ok, msg = check_regression(_result({"vad": 8.0, "asr": 110.0, "mt": 5.0, "tts": 2.9}, 400, 900), REF)
+    assert ok and msg.endswith("perf check: ok"), msg
+    ok, msg = check_regression(_result({"vad": 8.0, "asr": 80.0, "mt": 6.1, "tts": 2.0}, 400, 900), REF)
+    assert not ok and "mt " in msg.splitlines()[2] and "REGRESSION" in msg.splitlines()[2], msg
+
+
+def test_check_fails_when_a_clip_failed():
+    same = dict(REF["relative"])
+    ok, msg = check_regression(_result(same, 400, 900, failed=["en_jfk"]), REF)
+    assert not ok and "en_jfk" in msg
+    ok, msg = check_regression(_result(same, 400, 900), REF)
+    assert ok and "live turn P50 400 ms vs serial 900 ms (x2.25" in msg, msg
+
+
+def test_a_run_without_stage_timings_is_an_error_not_a_pass():
+    with pytest.raises(EdgeRtError, match="no stage timings"):
+        check_regression({"turn_latency_ms": {"p50": 400}}, REF)
+
+
+def test_slowdown_spec_parses_and_rejects_nonsense():
+    assert Slowdown.parse("asr=2").factor("asr") == 2.0 and Slowdown.parse("asr=2").factor("probe") == 1.0
+    everything = Slowdown.parse("all=2")
+    assert all(everything.factor(s) == 2.0 for s in ("vad", "asr", "mt", "tts", "probe"))
+    assert not Slowdown.parse("")
+    for bad in ("asr", "gpu=2", "asr=0.5"):
+        with pytest.raises(EdgeRtError, match="stage=factor"):
+            Slowdown.parse(bad)
+
+
+# -- the real pack ------------------------------------------------------------------------------
+def _check(slowdown: str = "") -> tuple[bool, str, dict]:
+    recorded = json.loads(CHECK_FILE.read_text())
+    result = bench(BenchOptions(pack=recorded["pack"], precision=recorded["precision"], clips=tuple(recorded["clips"]),
+                                live=False, speed_repeats=recorded["repeats"], slowdown=slowdown))
+    ok, msg = check_regression(result, recorded)
+    return ok, msg, result
+
+
+@pytest.mark.slow
+def test_the_unchanged_tree_passes_the_recorded_check(default_pack):
+    ok, msg, result = _check()
+    assert ok, msg
+    assert set(result["speed"]["relative"]) == set(CHECKED_STAGES)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", ["asr", "tts"])
+def test_a_stage_twice_as_slow_fails_the_check(default_pack, stage):
+    ok, msg, _ = _check(f"{stage}=2")
+    assert not ok, msg
+    flagged = [line.split()[0] for line in msg.splitlines() if "REGRESSION" in line and "probes" in line]
+    assert flagged == [stage], msg
+
+
+@pytest.mark.slow
+def test_a_machine_twice_as_slow_passes_the_check(default_pack):
+    ok, msg, result = _check("all=2")
+    assert ok, msg
+    assert set(result["speed"]["probe_ms"]) == {"1_threads", "2_threads"}
