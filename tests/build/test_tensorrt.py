@@ -143,6 +143,8 @@ def test_one_model_failing_falls_back_and_the_pack_is_still_written(pack_dir, ti
     enc_files = stages["asr"]["models"]["encoder"]
     enc_files["int8_trt"] = enc_files["int8"]
     manifest["int8"]["stages"]["asr"]["models"]["encoder"]["trt"] = {"file": enc_files["int8"], "backend": "tensorrt"}
+    # The unreadable pt-en decoder has no TensorRT twin: TensorRT gets the broken FP32 file.
+    manifest["int8"]["stages"]["mt"]["models"]["pt-en/decoder"].pop("trt", None)
     calls, lines = [], []
     section = build_engines(pack_dir, stages, manifest["int8"], {}, TensorRtOptions(), log=lines.append,
                             environment=lambda: ORIN, builder=tensorrt_like_builder(calls))
