@@ -134,21 +134,10 @@ def current_environment() -> TrtEnvironment | None:
 def auto_backend_reason(pack, here: TrtEnvironment | None | bool = False) -> tuple[str, str]:
     """What ``--backend auto`` picks for a built pack, and why: ``("tensorrt"|"cpu", reason)``.
 
-    TensorRT when the pack has engines built for exactly this TensorRT and GPU, else the CPU.
     ``here`` False (default): detect (GPU first, TensorRT only after); None: no GPU/TensorRT.
+    The decision itself is :func:`edge_rt.backends.factory.choose_backend`'s.
     """
-    section = pack.manifest.get("tensorrt", {})
-    if section.get("status") != "built":
-        return "cpu", f"the pack has no TensorRT engines ({section.get('reason', 'not built')})"
-    engines = section.get("engines", {})
-    if not any(e.get("backend", "tensorrt") == "tensorrt" and e.get("file") for e in engines.values()):
-        return "cpu", "every TensorRT build of the pack fell back to ONNX Runtime (see build_report.md)"
-    env = current_environment() if here is False else here
-    try:
-        found = problems(TrtEnvironment.from_dict(section), env)
-    except EngineCompatibilityError as e:
-        return "cpu", str(e)
-    if found:
-        tail = "" if env is None else f"; rebuild with `{rebuild_command(pack.name)}`"
-        return "cpu", "; ".join(found) + tail
-    return "tensorrt", f"engines built for TensorRT {env.tensorrt_version} on {env.gpu_name} ({env.compute_capability})"
+    from edge_rt.backends.factory import NOT_USED, choose_backend
+
+    choice = choose_backend(pack, "auto", environment=None if here is False else (lambda: here))
+    return choice.name, choice.reason.removeprefix(NOT_USED)

@@ -28,6 +28,7 @@ __all__ = ["BACKENDS", "BackendChoice", "BackendUnavailableError", "EngineFactor
            "choose_backend", "engine_factory"]
 
 BACKENDS = ("cpu", "tensorrt", "auto")
+NOT_USED = "TensorRT not used: "  # how an ``auto`` choice of the CPU begins its reason
 # Stages that stay on ONNX Runtime under the TensorRT backend, and why (said by doctor and selftest).
 CPU_ONLY = {
     "tts": "Piper's waveform length depends on the phoneme durations: a TensorRT run needs an output allocator "
@@ -62,13 +63,16 @@ def _tensorrt_problem(pack: BuiltPack, environment: Callable[[], object | None])
     """Why the pack's TensorRT engines cannot run here (None when they can), and the environment."""
     import importlib.util
 
-    from edge_rt.backends.compat import TrtEnvironment, problems
+    from edge_rt.backends.compat import EngineCompatibilityError, TrtEnvironment, problems
 
     section = pack.manifest.get("tensorrt", {})
     if section.get("status") != "built":
         why = section.get("reason", "the build recorded no TensorRT engines")
         return (f"pack '{pack.name}' has no TensorRT engines ({why}); build them on the device with "
                 f"`{build_command(pack.name)}`"), None
+    engines = section.get("engines", {})
+    if engines and not any(e.get("backend", "tensorrt") == "tensorrt" and e.get("file") for e in engines.values()):
+        return "every TensorRT build of the pack fell back to ONNX Runtime (see build_report.md)", None
     if environment is None and importlib.util.find_spec("tensorrt") is None:
         return ("TensorRT is not installed: on a Jetson it comes with JetPack (`sudo apt install "
                 "python3-libnvinfer`); elsewhere `pip install tensorrt` from NVIDIA's index, plus "
@@ -76,9 +80,12 @@ def _tensorrt_problem(pack: BuiltPack, environment: Callable[[], object | None])
     from edge_rt.backends.compat import current_environment
 
     here = (environment or current_environment)()
+    try:
+        found = problems(TrtEnvironment.from_dict(section), here)
+    except EngineCompatibilityError as e:
+        return str(e), here
     if here is None:
-        return "no CUDA GPU/driver found (cuda-python saw no device, or TensorRT does not import)", None
-    found = problems(TrtEnvironment.from_dict(section), here)
+        return found[0], None
     if found:
         return (f"pack '{pack.name}' was built for another TensorRT/GPU ({'; '.join(found)}); rebuild it here with "
                 f"`{build_command(pack.name)} --force`"), here
@@ -103,12 +110,12 @@ def choose_backend(pack: BuiltPack, requested: str = "auto",
         return BackendChoice("cpu", "asked for (--backend cpu)")
     problem, here = _tensorrt_problem(pack, environment)
     if problem is None:
-        return BackendChoice("tensorrt", f"pack '{pack.name}' has TensorRT engines built for this TensorRT and GPU",
-                             environment=here)
+        return BackendChoice("tensorrt", f"engines built for TensorRT {here.tensorrt_version} on {here.gpu_name} "
+                                         f"({here.compute_capability})", environment=here)
     if requested == "tensorrt":
         raise BackendUnavailableError(f"--backend tensorrt cannot run here: {problem}. "
                                       f"Use --backend auto (or cpu) to run on the CPU.")
-    return BackendChoice("cpu", f"TensorRT not used: {problem}")
+    return BackendChoice("cpu", NOT_USED + problem)
 
 
 class OrtEngines:

@@ -17,7 +17,7 @@ from edge_rt.loop.stages import Stages
 from edge_rt.stages.gain import apply_gain
 from edge_rt.stages.tts.voice import TtsAudio
 
-__all__ = ["Hypothesis", "SENTENCE_END", "level", "recognize", "with_first_clause"]
+__all__ = ["Hypothesis", "SENTENCE_END", "asr_task", "level", "recognize", "with_first_clause"]
 
 SENTENCE_END = (".", "?", "!", "。", "？", "！")
 
@@ -46,6 +46,21 @@ def level(audio: np.ndarray, options: LoopOptions) -> np.ndarray:
     return audio if options.gain is None else apply_gain(audio, options.gain)
 
 
+def asr_task(stages: Stages, target: str):
+    """What Whisper's single pass is asked for: ``"transcribe"`` on an English-only model, else a
+    function of the detected language that picks the route's task (transcribe or translate)."""
+    if not stages.asr.multilingual:
+        return "transcribe"
+
+    def task_for(lang: str) -> str:
+        try:
+            return stages.route(lang, target).asr_task
+        except EdgeRtError:
+            return "transcribe"  # no route: stages.route raises with its message once the language is known
+
+    return task_for
+
+
 def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int, clock) -> Hypothesis:
     """One Whisper pass (language detection picks transcribe or translate) + MT of ``audio``
     (float32 16 kHz, already levelled), which ends at capture sample ``end``.
@@ -54,15 +69,7 @@ def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int,
     decodes it after the first translated clause is on its way (``source_pending``).
     """
     target = options.target
-
-    def task_for(lang: str) -> str:
-        try:
-            return stages.route(lang, target).asr_task
-        except EdgeRtError:
-            return "transcribe"  # no route: the error is raised below with its message
-
-    first = stages.asr.transcribe(audio, language=options.source,
-                                  task=task_for if stages.asr.multilingual else "transcribe")
+    first = stages.asr.transcribe(audio, language=options.source, task=asr_task(stages, target))
     heard = first.text.strip()
     unsure = options.unsure
     if unsure is not None and first.no_speech_prob > unsure[0] and first.avg_logprob < unsure[1]:

@@ -25,7 +25,6 @@ import numpy as np
 
 from edge_rt.audio.files import read_audio, resample
 from edge_rt.measure.bench import BenchOptions, load_clips
-from edge_rt.loop.stages import Stages
 from edge_rt.pipeline import StageOptions, load_stages
 from edge_rt.pack import BuiltPack
 from edge_rt.measure.scoring import NO_SPACE_LANGS, cer, normalize, wer

@@ -22,33 +22,16 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from edge_rt.errors import EdgeRtError
+from edge_rt.measure.serial import SerialTurn
 
-__all__ = ["PeerStack", "PeerTurn"]
+__all__ = ["PeerStack"]
 
 TIME_PRECISION = 0.02  # s per Whisper timestamp token (the CTranslate2 vocabulary lists them)
-
-
-@dataclass(frozen=True)
-class PeerTurn:
-    wait_ms: float
-    asr_ms: float
-    mt_ms: float
-    tts_ms: float
-    text: str
-
-    @property
-    def compute_ms(self) -> float:
-        return self.asr_ms + self.mt_ms + self.tts_ms
-
-    @property
-    def latency_ms(self) -> float:
-        return self.wait_ms + self.compute_ms
 
 
 def _require(module: str):
@@ -116,7 +99,7 @@ class PeerStack:
         for voice in self._piper.values():
             next(iter(voice.synthesize("Hello.")), None)
 
-    def turn(self, audio: np.ndarray, end: int, lang: str, target: str) -> PeerTurn:
+    def turn(self, audio: np.ndarray, end: int, lang: str, target: str) -> SerialTurn:
         """Whisper (vad_filter) over ``audio[:end]`` in ``lang``, then MT, then the first sentence of speech."""
         route = self._stages.route(lang, target)
         t0 = time.perf_counter()
@@ -133,4 +116,4 @@ class PeerStack:
             else:  # espeak-ng, the formant voice the loop speaks this language with
                 next(iter(self._stages.tts.clauses(text, target)), None)
         t3 = time.perf_counter()
-        return PeerTurn(self.wait_ms, (t1 - t0) * 1000, (t2 - t1) * 1000, (t3 - t2) * 1000, text)
+        return SerialTurn(self.wait_ms, (t1 - t0) * 1000, (t2 - t1) * 1000, (t3 - t2) * 1000, text)

@@ -16,15 +16,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edge_rt.errors import EdgeRtError
 from edge_rt.loop.options import LoopOptions
-from edge_rt.stages.gain import apply_gain
+from edge_rt.loop.recognize import asr_task, level
 
 __all__ = ["SerialTurn", "serial_turn", "time_vad"]
 
 
 @dataclass(frozen=True)
 class SerialTurn:
+    """One turn of a stage-after-stage pipeline (this one's, or the package stack's in peer.py)."""
+
     wait_ms: float  # end-of-speech wait (the loop's hangover)
     asr_ms: float
     mt_ms: float  # 0 when the route has no MT step (Whisper translated, or already in the target language)
@@ -49,18 +50,10 @@ def serial_turn(stages, audio: np.ndarray, end: int, options: LoopOptions, settl
     Runtime threads still spinning after one stage would otherwise slow the next on a 2-core machine).
     """
     target = options.target
-    speech = audio[:end] if options.gain is None else apply_gain(audio[:end], options.gain)
-
-    def task_for(lang: str) -> str:
-        try:
-            return stages.route(lang, target).asr_task
-        except EdgeRtError:
-            return "transcribe"  # no route: stages.route below raises with its message
-
+    speech = level(audio[:end], options)
     time.sleep(settle_s)
     t0 = time.perf_counter()
-    heard = stages.asr.transcribe(speech, language=options.source,
-                                  task=task_for if stages.asr.multilingual else "transcribe")
+    heard = stages.asr.transcribe(speech, language=options.source, task=asr_task(stages, target))
     t1 = time.perf_counter()
     text = source = heard.text.strip()
     pair = stages.route(heard.language, target).mt_pair if text else None

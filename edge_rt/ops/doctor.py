@@ -20,9 +20,8 @@ import sys
 from pathlib import Path
 
 from edge_rt.config import COMMON_RATES, Config, check_dir
-from edge_rt.ops.doctor_checks import STATUSES, Check, Gpu, blocking  # noqa: F401 (re-exported)
-from edge_rt.ops.doctor_pack import (  # noqa: F401 (re-exported)
-    check_auto_backend, check_memory, check_pack, check_tensorrt_engines)
+from edge_rt.ops.doctor_checks import Check, Gpu, blocking
+from edge_rt.ops.doctor_pack import check_pack
 
 __all__ = ["Check", "run_checks", "blocking"]
 

@@ -11,8 +11,8 @@ import pytest
 
 from edge_rt.config import Config
 from edge_rt.backends.compat import TrtEnvironment
-from edge_rt.ops.doctor import (Check, Gpu, check_auto_backend, check_memory, check_pack, check_tensorrt_engines,
-                               probe_gpu)
+from edge_rt.ops.doctor import Check, Gpu, probe_gpu
+from edge_rt.ops.doctor_pack import check_auto_backend, check_memory, check_pack, check_tensorrt_engines
 from edge_rt.pack import BuiltPack
 from tests.jack import RATE
 
