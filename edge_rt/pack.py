@@ -14,7 +14,7 @@ from typing import Any
 from edge_rt.errors import PackNotBuiltError
 
 MANIFEST = "manifest.json"
-STAGES = ("vad", "asr", "mt", "tts")
+STAGES = ("vad", "asr", "mt", "tts", "turn")
 PRECISIONS = ("int8", "fp32")
 
 

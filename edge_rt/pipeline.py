@@ -26,30 +26,38 @@ __all__ = ["Pipeline", "StageOptions", "load_stages"]
 
 def load_stages(pack: BuiltPack, options: StageOptions = StageOptions(),
                 environment: Callable[[], object | None] | None = None) -> Stages:
-    """VAD, ASR, MT and TTS of ``pack`` on the backend ``options.backend`` resolves to here.
+    """VAD, ASR, MT, TTS and the end-of-turn model of ``pack`` on the backend ``options.backend`` resolves to here.
 
     Args:
         environment: returns the TensorRT environment or None (default: detected); for tests.
 
     Raises:
         BackendUnavailableError: ``backend="tensorrt"`` where it cannot run (names what to install or rebuild).
+        PackNotBuiltError: the pack lacks a stage (e.g. built before the turn stage existed); names the rebuild.
     """
     from edge_rt.stages.asr.whisper import Asr, AsrOptions
-    from edge_rt.stages.mt.translator import MtOptions, Translator
+    from edge_rt.stages.mt.translator import MtOptions, Translator, pairs_into
     from edge_rt.stages.tts.voice import Tts, TtsOptions
+    from edge_rt.stages.turn import SmartTurn, TurnModelOptions
     from edge_rt.stages.vad import SileroVad, VadOptions
 
     if options.backend not in BACKENDS:
         raise ValueError(f"StageOptions.backend must be one of {', '.join(BACKENDS)}, not {options.backend!r}")
     choice = choose_backend(pack, options.backend, environment)
     engines: EngineFactory = engine_factory(pack, choice)
-    p, t = options.precision, options.threads
+    p, t, target = options.precision, options.threads, options.target
+    tts_entry = pack.stage("tts")
+    if target not in {*tts_entry.get("voices", {}), *tts_entry.get("formant_voices", {})}:
+        target = None  # a language the pack cannot speak: load everything, the loop names what it can do
+    pairs = None if target is None else pairs_into(pack, target)
+    voices = None if target is None else (target,)
     return Stages(
         SileroVad.from_pack(pack, VadOptions(precision=p), engines=engines),
         Asr.from_pack(pack, AsrOptions(precision=p, threads=t), engines=engines),
-        Translator.from_pack(pack, MtOptions(precision=p), engines=engines),
-        Tts.from_pack(pack, TtsOptions(precision=p, threads=t), engines=engines),
+        Translator.from_pack(pack, MtOptions(precision=p, pairs=pairs), engines=engines),
+        Tts.from_pack(pack, TtsOptions(precision=p, threads=t, voices=voices), engines=engines),
         backend=choice,
+        turn=SmartTurn.from_pack(pack, TurnModelOptions(precision=p), engines=engines),
     )
 
 

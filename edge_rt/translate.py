@@ -18,6 +18,7 @@ from edge_rt.loop.endpoint import EndpointOptions
 from edge_rt.loop.loop import Loop, LoopOptions
 from edge_rt.loop.stages import Stages
 from edge_rt.loop.trace import UtteranceTrace
+from edge_rt.loop.turn_policy import TurnOptions
 from edge_rt.units import SAMPLE_RATE
 
 
@@ -26,7 +27,7 @@ class TranslateOptions:
     target: str  # language to speak: "en" or "pt" with the default pack
     source: str | None = None  # None: Whisper detects the language of each utterance
     endpoint: EndpointOptions = field(default_factory=EndpointOptions)
-    early_commit: bool = False  # as LoopOptions.early_commit
+    turn: TurnOptions | None = field(default_factory=TurnOptions)  # as LoopOptions.turn
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ def translate_audio(stages: Stages, audio: np.ndarray, options: TranslateOptions
     sink = TimelineSink(rate, now_s=lambda: source.ring.read_index / SAMPLE_RATE)
     loop = Loop(stages, source, sink, LoopOptions(target=options.target, source=options.source,
                                                   endpoint=options.endpoint, partials=False,
-                                                  early_commit=options.early_commit))
+                                                  turn=options.turn))
     traces = loop.run()
     utts = [Utterance.from_trace(t) for t in traces if t.translation]
     return utts, sink.audio(min_seconds=len(audio) / SAMPLE_RATE), rate

@@ -6,6 +6,7 @@ The dummy driver is an exactly clocked sound card without hardware (see
 
 from __future__ import annotations
 
+import bisect
 import os
 import shutil
 import subprocess
@@ -99,9 +100,12 @@ class Harness:
     crash while closing a stream whose peer just went away (seen in CI as a segfault in
     ``Pa_CloseStream``), and a crash here would take the whole test run with it.  Edge-rt itself still
     goes through PortAudio, the path it uses on a real sound card.
+
+    ``feedback=(gain, delay samples)`` plays what it records back into its output, that much later and
+    scaled, mixed with the clip: a loudspeaker beside the microphone.
     """
 
-    def __init__(self, clip: np.ndarray):
+    def __init__(self, clip: np.ndarray, feedback: tuple[float, int] | None = None):
         try:
             import jack
         except (ImportError, OSError) as e:
@@ -110,8 +114,12 @@ class Harness:
         self._clip = clip.astype(np.float32)
         self._pos = 0
         self._playing = threading.Event()
+        self._feedback = feedback
+        self._echo = np.zeros(feedback[1] if feedback else 0, np.float32)  # recorded, not yet played back
         self.recorded: list[np.ndarray] = []
         self.play_started_ns = 0
+        self.timeline: list[tuple[int, int]] = []  # (clip position, monotonic ns) at each played period
+        self.play_from = 0  # sample of audio() recorded while the clip's first sample was played
         self._client = jack.Client(f"edge_rt_harness_{os.getpid()}", no_start_server=True)
         rate = self._client.samplerate
         if rate != RATE:
@@ -124,9 +132,17 @@ class Harness:
         def process(frames):
             buf = out.get_array()
             buf[:] = 0
+            if self._feedback is not None:
+                gain, _ = self._feedback
+                self._echo = np.concatenate([self._echo, inp.get_array()])
+                buf[:] = gain * self._echo[:frames]
+                self._echo = self._echo[frames:]
             if self._playing.is_set() and self._pos < len(self._clip):
+                self.timeline.append((self._pos, time.monotonic_ns()))
+                if self._pos == 0:
+                    self.play_from = sum(len(r) for r in self.recorded)
                 n = min(frames, len(self._clip) - self._pos)
-                buf[:n] = self._clip[self._pos : self._pos + n]
+                buf[:n] += self._clip[self._pos : self._pos + n]
                 self._pos += n
             self.recorded.append(inp.get_array().copy())
 
@@ -136,6 +152,18 @@ class Harness:
     def play(self) -> None:
         self.play_started_ns = time.monotonic_ns()
         self._playing.set()
+
+    def append(self, clip: np.ndarray) -> int:
+        """Play ``clip`` after what is queued (at once when all of it was played); returns its first position."""
+        start = max(len(self._clip), self._pos)
+        self._clip = np.concatenate([self._clip, clip.astype(np.float32)])  # swapped whole: the callback sees either
+        return start
+
+    def clip_ns(self, position: int) -> int:
+        """Monotonic time at which clip sample ``position`` was played (the JACK clock may lag the wall)."""
+        k = max(0, bisect.bisect_right(self.timeline, (position, float("inf"))) - 1)
+        pos, ns = self.timeline[k]  # the period that played it: the track may pause between appended clips
+        return ns + (position - pos) * 1_000_000_000 // RATE
 
     @property
     def done_playing(self) -> bool:

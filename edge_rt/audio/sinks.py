@@ -3,7 +3,10 @@
 A sink takes float32 mono samples at its own rate. Ring-backed sinks
 back-pressure the synthesizer (``write`` returns how much it accepted) and
 report when the first sample of each utterance reaches the device, so the
-trace can stamp ``first_output``.
+trace can stamp ``first_output``. A ring-backed sink also records what it
+played into a :class:`PlaybackTap` (the echo canceller's far-end reference, see
+frontend.py) and can be ducked or flushed when someone talks over it (barge-in,
+see loop/output.py).
 """
 
 from __future__ import annotations
@@ -15,9 +18,32 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from edge_rt.audio.clock import CaptureClock
 from edge_rt.audio.ring import Ring
 
 PLAYBACK_RING = 1 << 18  # ~5.9 s at 44.1 kHz, 16 s at 16 kHz
+# What was played is kept this long for the echo canceller, which reads it when the worker reaches the
+# capture hop heard at the same time: the worker may lag the microphone by a long decode (seconds).
+TAP_S = 8
+DUCK_GAIN = 0.25  # -12 dB: speech under a talking person stays audible but no longer masks them
+
+
+class PlaybackTap:
+    """The samples a sink handed to its device, in a ring indexed by a clock of their own.
+
+    One producer (the sink's callback: :meth:`record`), one consumer (the worker's echo canceller).
+    ``clock`` maps a played sample's index to the monotonic time it is heard.
+    """
+
+    def __init__(self, rate: int, seconds: float = TAP_S):
+        self.ring = Ring(1 << max(1, int(seconds * rate) - 1).bit_length(), policy="overwrite")
+        self.clock = CaptureClock(rate)
+
+    def record(self, played: np.ndarray, t_ns: int) -> None:
+        """``played`` went out; its first sample is heard at ``t_ns``."""
+        index = self.ring.written
+        self.ring.write(played)
+        self.clock.anchor(index, t_ns)
 
 
 class Sink(Protocol):
@@ -46,10 +72,21 @@ class RingSink:
     def __init__(self, rate: int, capacity: int = PLAYBACK_RING):
         self.rate = rate
         self.ring = Ring(capacity, policy="reject")
+        self.tap = PlaybackTap(rate)
+        self.gain = 1.0  # set by the worker (duck), applied by the callback
+        self._flush_to = 0  # the worker asks the callback to skip unplayed samples up to this index
         self._marks: collections.deque[tuple[int, Callable[[int], None]]] = collections.deque()
 
     def write(self, samples: np.ndarray) -> int:
         return self.ring.write(samples)
+
+    def duck(self, on: bool) -> None:
+        """Play at :data:`DUCK_GAIN` (someone talks over the speech) or at full level again."""
+        self.gain = DUCK_GAIN if on else 1.0
+
+    def flush(self) -> None:
+        """Drop everything written but not played yet (the callback skips it on its next buffer)."""
+        self._flush_to = self.ring.written
 
     def mark(self, on_first_output: Callable[[int], None]) -> None:
         self._marks.append((self.ring.written, on_first_output))
@@ -59,11 +96,23 @@ class RingSink:
 
     def consume(self, out: np.ndarray, t_ns: int) -> None:
         """Fill ``out`` (silence on underrun, counted); ``t_ns`` is when out[0] is heard."""
+        if self._flush_to > self.ring.read_index:
+            self._skip(self._flush_to, out)
         first, n = self.ring.read_into(out, fill_silence=True)
         while self._marks and self._marks[0][0] < first + n:
             index, callback = self._marks.popleft()
             offset = max(0, index - first)
             callback(t_ns + offset * 1_000_000_000 // self.rate)
+        if self.gain != 1.0:
+            out *= self.gain
+        self.tap.record(out, t_ns)
+
+    def _skip(self, to: int, scratch: np.ndarray) -> None:
+        """Consumer side of :meth:`flush`: read the unplayed samples away; their marks never fire."""
+        while self.ring.read_index < to and self.ring.available():
+            self.ring.read_into(scratch[: min(len(scratch), to - self.ring.read_index)])
+        while self._marks and self._marks[0][0] < self.ring.read_index:
+            self._marks.popleft()
 
     def start(self) -> None:
         pass

@@ -18,7 +18,7 @@ found a GPU and TensorRT, so ``cpu`` and ``auto`` work on any machine.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Callable, Mapping, Protocol
 
 from edge_rt.backends.base import Engine
 from edge_rt.errors import EdgeRtError, PackNotBuiltError
@@ -33,7 +33,17 @@ NOT_USED = "TensorRT not used: "  # how an ``auto`` choice of the CPU begins its
 CPU_ONLY = {
     "tts": "Piper's waveform length depends on the phoneme durations: a TensorRT run needs an output allocator "
            "(IOutputAllocator), not written yet, and cannot be captured in a CUDA graph",
+    "turn": "small; not worth a TensorRT engine (one call per pause, INT8 as shipped)",
 }
+
+# ONNX Runtime options per stage or "stage/model" over edge_rt.backends.ort.SessionOptions (OrtEngines(tuning=)).
+# Empty by default; two measured candidates (default pack, INT8, x86, 2 threads, interleaved A/B runs):
+#   "asr/decoder": {"prepack": False}  -101 MB RSS (the Whisper decoder's tied embedding is not packed a second
+#       time for the logits Gemm) and -0.37 s CPU at load, but transcribing en_jfk took +7 % CPU / +13 % wall;
+#       not measured on aarch64.
+#   "tts": {"graph_optimization": "basic"}  -0.3 s CPU at load (0.51 vs 0.80 s), synthesis as fast (CPU -6 %),
+#       but samples differ from piper-tts by up to 2.5e-5, over tests/stages/tts/test_voice.py's atol 1e-5.
+ORT_TUNING: dict[str, dict[str, object]] = {}
 
 
 class BackendUnavailableError(EdgeRtError, RuntimeError):
@@ -54,8 +64,13 @@ class EngineFactory(Protocol):
 
     backend: str
 
-    def load(self, stage: str, model: str, *, precision: str = "fp32", threads: int = 1) -> Engine:
-        """The engine of ``stage``/``model`` (e.g. ``("asr", "encoder")``)."""
+    def load(self, stage: str, model: str, *, precision: str = "fp32", threads: int = 1,
+             shared: tuple[str, ...] = ()) -> Engine:
+        """The engine of ``stage``/``model`` (e.g. ``("asr", "encoder")``).
+
+        ``shared``: names of initializers other engines of this factory may hold byte for byte (Marian's
+        tied embedding ``Wemb`` in its encoder and decoder); the backend keeps one copy where it can.
+        """
         ...
 
 
@@ -123,13 +138,32 @@ class OrtEngines:
 
     backend = "cpu"
 
-    def __init__(self, pack: BuiltPack):
+    def __init__(self, pack: BuiltPack, tuning: Mapping[str, Mapping[str, object]] | None = None):
+        """``tuning``: ``{"stage" or "stage/model": {SessionOptions field: value}}`` (default :data:`ORT_TUNING`);
+        a "stage/model" entry wins over its stage's."""
+        from edge_rt.backends.ort import SharedInitializers
+
         self.pack = pack
+        self.tuning = dict(ORT_TUNING if tuning is None else tuning)
+        self.loaded: dict[str, object] = {}  # "stage/model" -> the file its session was made from
+        self.shared = SharedInitializers()  # initializers held once for every engine of this factory
 
-    def load(self, stage: str, model: str, *, precision: str = "fp32", threads: int = 1) -> Engine:
-        from edge_rt.backends.ort import OrtEngine, SessionOptions
+    def session_options(self, stage: str, model: str, threads: int):
+        """The ONNX Runtime options of ``stage``/``model``: :attr:`tuning` over the defaults."""
+        from edge_rt.backends.ort import SessionOptions
 
-        return OrtEngine(self.pack.model(stage, model, precision), SessionOptions(intra_op_threads=threads))
+        return SessionOptions(intra_op_threads=threads, **{**self.tuning.get(stage, {}),
+                                                           **self.tuning.get(f"{stage}/{model}", {})})
+
+    def load(self, stage: str, model: str, *, precision: str = "fp32", threads: int = 1,
+             shared: tuple[str, ...] = ()) -> Engine:
+        from edge_rt.backends.ort import OrtEngine
+
+        path = self.pack.model(stage, model, precision)
+        engine = OrtEngine(path, self.session_options(stage, model, threads),
+                           initializers=self.shared.arrays(path, shared) if shared else None)
+        self.loaded[f"{stage}/{model}"] = path
+        return engine
 
 
 class TrtEngines:
@@ -147,10 +181,11 @@ class TrtEngines:
 
         self.aliases = DeviceAliases()  # e.g. the encoder's cross K/V read in place by the decoder
 
-    def load(self, stage: str, model: str, *, precision: str = "fp32", threads: int = 1) -> Engine:
+    def load(self, stage: str, model: str, *, precision: str = "fp32", threads: int = 1,
+             shared: tuple[str, ...] = ()) -> Engine:
         if stage in CPU_ONLY:
             self.on_cpu[f"{stage}/{model}"] = CPU_ONLY[stage]
-            return self._cpu.load(stage, model, precision=precision, threads=threads)
+            return self._cpu.load(stage, model, precision=precision, threads=threads, shared=shared)
         # A model with a "<model>_device" twin (the Whisper decoder whose KV cache is an output, so it
         # stays on the GPU: edge_rt/build/export/whisper_device.py) runs as that twin here; the stage
         # recognises the contract by its output names.
@@ -163,7 +198,7 @@ class TrtEngines:
             falls = (record or {}).get("fallbacks") or []
             why = "; ".join(f"{f.get('from')}: {f.get('reason')}" for f in falls) or "no TensorRT engine was built"
             self.on_cpu[f"{stage}/{model}"] = why
-            return self._cpu.load(stage, model, precision=precision, threads=threads)
+            return self._cpu.load(stage, model, precision=precision, threads=threads, shared=shared)
         from edge_rt.backends.trt import TrtEngine
 
         engine = TrtEngine.from_pack(self.pack, stage, model, here=self.environment)

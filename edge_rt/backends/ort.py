@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -18,8 +19,18 @@ class SessionOptions:
     intra_op_threads: int = 2  # the target boards and CI have 2 fast cores to spare
     inter_op_threads: int = 1
     graph_optimization: str = "all"  # "basic" | "extended" | "all"
+    # MLAS pre-packs constant MatMul/Gemm weights into its own layout (the file's copy is freed unless another
+    # node reads it). Off: -101 MB on the Whisper base decoder, whose tied embedding is both gathered and packed
+    # for the logits Gemm, at +7 % CPU on a transcription here (edge_rt.backends.factory.ORT_TUNING): on.
+    prepack: bool = True
+    # "session": ONNX Runtime's arena per session, which keeps each session's activation high-water mark;
+    # "off": malloc/free per tensor. Off left Piper at 189 MB after a run (341 MB with the arena) but its peak
+    # rose to 426 MB (heap fragmentation) and runs were several times slower here: "session".
+    memory_arena: str = "session"
+    mem_pattern: bool = True  # one planned block per input shape; off (with the arena off) raised peaks 20-80 MB
 
 
+_ARENAS = ("session", "off")
 _OPT_LEVELS = {"basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
 
 
@@ -28,10 +39,15 @@ class OrtEngine:
 
     Args:
         path: the ``.onnx`` file.
-        options: thread counts and optimisation level.
+        options: thread counts, optimisation level, memory knobs.
+        initializers: arrays that replace the model's initializers of the same names
+            (``SessionOptions.add_initializer``): ONNX Runtime computes on them in place, without a copy,
+            so one array handed to several sessions is held once (see
+            :class:`SharedInitializers`). The engine keeps a reference: they live as long as it does.
     """
 
-    def __init__(self, path: str | Path, options: SessionOptions = SessionOptions()):
+    def __init__(self, path: str | Path, options: SessionOptions = SessionOptions(),
+                 initializers: Mapping[str, np.ndarray] | None = None):
         import onnxruntime as ort
 
         path = Path(path)
@@ -45,6 +61,18 @@ class OrtEngine:
         so.inter_op_num_threads = options.inter_op_threads
         so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _OPT_LEVELS[options.graph_optimization])
         so.log_severity_level = 3
+        if options.memory_arena not in _ARENAS:
+            raise ValueError(f"SessionOptions.memory_arena must be one of {_ARENAS}, not {options.memory_arena!r}")
+        so.enable_cpu_mem_arena = options.memory_arena == "session"
+        so.enable_mem_pattern = options.mem_pattern
+        if not options.prepack:
+            so.add_session_config_entry("session.disable_prepacking", "1")
+        self._initializers = {}  # name -> (array, OrtValue): both must outlive the session
+        for name, arr in (initializers or {}).items():
+            _check_buffer(name, arr)
+            value = ort.OrtValue.ortvalue_from_numpy(arr)
+            so.add_initializer(name, value)
+            self._initializers[name] = (arr, value)
         try:
             self._session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
         except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph types
@@ -52,9 +80,15 @@ class OrtEngine:
                 f"engine file {path} could not be loaded ({type(e).__name__}: {e}); it is corrupt or "
                 f"truncated: rebuild the pack with `python tools/build_engines.py --pack <name> --force`"
             ) from e
+        release_freed_heap()
         self.path = path
         self._inputs = [i.name for i in self._session.get_inputs()]
         self._outputs = [o.name for o in self._session.get_outputs()]
+
+    @property
+    def shared_initializers(self) -> tuple[str, ...]:
+        """Names of the initializers this session reads from arrays handed in (not from its file)."""
+        return tuple(self._initializers)
 
     @property
     def input_names(self) -> list[str]:
@@ -106,6 +140,63 @@ class OrtEngine:
             _check_buffer(name, arr)
             io.bind_output(name, "cpu", 0, arr.dtype, list(arr.shape), arr.ctypes.data)
         return OrtBoundRun(self._session, io, (inputs, outputs), carried, tuple(outputs))
+
+
+def release_freed_heap() -> None:
+    """Give the heap pages freed while a session loaded back to the OS (glibc's ``malloc_trim``).
+
+    ONNX Runtime reads the whole ``.onnx`` file into the heap to parse it and frees it once the
+    session holds its weights; glibc keeps those pages (its mmap threshold has grown past them),
+    so every model loaded left its file size behind in RSS until something reused it: 30-35 MB per
+    Marian graph here. Elsewhere (musl, macOS) there is nothing to call and nothing is done.
+    """
+    libc = _libc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
+@functools.lru_cache(maxsize=1)
+def _libc():
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]
+        return libc
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+class SharedInitializers:
+    """Large initializers that several ONNX files hold byte for byte, read once and handed to every session.
+
+    Marian's students tie their embedding matrix (``Wemb``, 32000 x 256 float32, 31 MB): the pair's encoder
+    and decoder graphs each store it. Loading both lets ONNX Runtime hold it twice; with one array given to
+    both sessions (:class:`OrtEngine` ``initializers``) it is held once. A tensor is shared only when its
+    name, dtype, shape and every byte agree with one held already; otherwise it is held on its own.
+    """
+
+    def __init__(self):
+        self._held: dict[tuple, list[np.ndarray]] = {}
+
+    def arrays(self, path: str | Path, names: Sequence[str]) -> dict[str, np.ndarray]:
+        """The initializers ``names`` of ``path`` (those stored inline), each the held copy when one matches."""
+        from edge_rt.backends.onnx_file import find_initializers, read_initializer
+
+        out = {}
+        for name, loc in find_initializers(path, names).items():
+            data = read_initializer(path, loc)
+            held = self._held.setdefault((name, loc.dtype.str, loc.shape), [])
+            out[name] = next((h for h in held if np.array_equal(h, data)), None)
+            if out[name] is None:
+                held.append(data)
+                out[name] = data
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held (each array once)."""
+        return sum(a.nbytes for arrs in self._held.values() for a in arrs)
 
 
 def _carry_pairs(model: str, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray],

@@ -26,6 +26,7 @@ EXPORTERS = {
     "asr": "edge_rt.build.export.whisper",
     "mt": "edge_rt.build.export.marian",
     "tts": "edge_rt.build.export.piper",
+    "turn": "edge_rt.build.export.smart_turn",
 }
 
 

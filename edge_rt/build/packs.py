@@ -27,7 +27,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 PACKS_DIR = repo_root() / "engines" / "packs"
-STAGE_KINDS = {"vad": "silero", "asr": "whisper", "mt": "marian", "tts": "piper"}
+STAGE_KINDS = {"vad": "silero", "asr": "whisper", "mt": "marian", "tts": "piper", "turn": "smart_turn"}
 
 
 def cache_dir() -> Path:

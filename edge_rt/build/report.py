@@ -18,6 +18,15 @@ def _speed_rows(name: str, speeds: list[dict]) -> list[str]:
             f"{s['fp32_median_ms']} / {s['int8_median_ms']} |" for s in speeds]
 
 
+def _gate_row(name: str, recipe: str, stage: str, g: dict, result: str) -> str:
+    ci = g.get("ci95")
+    interval = f"[{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else "–"
+    verdict = result if stage != "screen" else ("passed the screen" if g.get("passed") else "failed the screen")
+    return (f"| {name} | {recipe} | {stage} | {g.get('items', g.get('n', '–'))} | {g.get('words', '–')} | "
+            f"{_f(g.get('fp32'))} | {_f(g.get('int8'))} | {_f(g.get('delta'))} | {interval} | {_f(g.get('limit'))} | "
+            f"{g.get('rule', 'point')} | {verdict} |")
+
+
 def render_report(manifest: dict) -> str:
     """Markdown tables of calibration, gates, speed, fallbacks and TensorRT for one built pack."""
     int8 = manifest.get("int8", {})
@@ -36,6 +45,7 @@ def render_report(manifest: dict) -> str:
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     speed_lines: list[str] = []
     attempt_lines: list[str] = []
+    gate_lines: list[str] = []
     for stage, rec in int8.get("stages", {}).items():
         for model, m in rec.get("models", {}).items():
             name = f"{stage}/{model}"
@@ -47,6 +57,9 @@ def render_report(manifest: dict) -> str:
                          f"{_f(g.get('int8'))} | {_f(g.get('delta'))} | {_f(g.get('limit'))} | {result} |")
             for a in m.get("attempts", []):
                 ag = a.get("gate") or {}
+                for stage_name, gg in (("screen", ag.get("screen")), (ag.get("rule", "point"), ag or None)):
+                    if gg:
+                        gate_lines.append(_gate_row(name, a["recipe"], stage_name, gg, a.get("result", "")))
                 attempt_lines.append(f"| {name} | {a['recipe']} ({a.get('mode', 'static')}) | {a.get('quantized_nodes')} | "
                                      f"x{a.get('mean_speedup', '–')} | {ag.get('metric', '')} {_f(ag.get('fp32'))} -> "
                                      f"{_f(ag.get('int8'))} | {a.get('result')} |")
@@ -58,10 +71,17 @@ def render_report(manifest: dict) -> str:
                     attempt_lines.append(f"| {name} | Polygraphy Comparator | {tc['inputs']} inputs | | worst output "
                                          f"`{worst[0]}` rel L2 {worst[1]['rel_l2']}, max abs {worst[1]['max_abs']} | "
                                          f"allclose={tc['allclose']} |")
-    lines += ["", "## Attempts (every recipe tried, in order)", "",
+    lines += ["", "## Accuracy gates (INT8 vs FP32 on the same items)", "",
+              "WER gates: paired bootstrap over utterances (fixed seed), 95 % interval of INT8 - FP32; "
+              "`upper95` accepts when the interval's upper end is at most the limit, `screen` (a subset) "
+              "drops a recipe only when its lower end is above it; `point` compares the point estimate.", "",
+              "| model | recipe | stage | items | words | FP32 | INT8 | delta | 95 % interval | limit | rule | result |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|", *gate_lines,
+              "", "## Attempts (every recipe tried, in order)", "",
               "| model | recipe | quantized nodes | mean speed-up | gate | result |", "|---|---|---|---|---|---|",
               *attempt_lines, "",
-              "## ONNX Runtime speed on this machine (min of alternating runs; median after the slash)", "",
+              "## ONNX Runtime speed on this machine (alternating runs: min ms; speed-up = median of the paired "
+              "FP32/INT8 ratios, which decides; median ms after the slash)", "",
               "| model | input | threads | FP32 ms | INT8 ms | speed-up | median FP32 / INT8 ms |",
               "|---|---|---|---|---|---|---|", *speed_lines, ""]
     trt = manifest.get("tensorrt", {})

@@ -330,7 +330,13 @@ def build_engines(out_dir: Path, stages: dict, int8: dict, old: dict, options: T
     section: dict = {"status": "built", **env.as_dict(), "timing_cache": TIMING_CACHE,
                      "timing_cache_reused": cache.is_file(), "engines": {}}
     prev = old.get("tensorrt", {}).get("engines", {}) if old.get("tensorrt", {}).get("status") == "built" else {}
+    from edge_rt.backends.factory import CPU_ONLY
+
     for stage, entry in stages.items():
+        if stage in CPU_ONLY:  # the runtime keeps it on ONNX Runtime: an engine would never be loaded
+            section.setdefault("cpu_only", {})[stage] = CPU_ONLY[stage]
+            log(f"TensorRT: {stage} stays on ONNX Runtime ({CPU_ONLY[stage]})")
+            continue
         records = int8.get("stages", {}).get(stage, {}).get("models", {})
         for model, files in entry["models"].items():
             name = f"{stage}/{model}"

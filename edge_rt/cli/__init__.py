@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from edge_rt.cli.measure import _cmd_bench, _cmd_eval, _cmd_selftest
+from edge_rt.cli.noise import add_noise_args
 from edge_rt.cli.ops import _cmd_doctor, _cmd_replay, _cmd_report, _cmd_serve
 from edge_rt.cli.speech import _cmd_devices, _cmd_run, _cmd_translate
 from edge_rt.errors import EdgeRtError
@@ -88,6 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--audio-backend", choices=("sounddevice", "pyaudio"), default="sounddevice",
                    help="audio library (default sounddevice)")
     r.add_argument("--hangover-ms", type=int, default=288, help="silence that ends an utterance (default 288)")
+    r.add_argument("--loudspeaker", action="store_true",
+                   help="the speaker is beside the microphone: cancel the echo of what is played before the VAD")
+    r.add_argument("--barge-in", choices=("duck", "stop", "continue"), default=None,
+                   help="someone talks over the translation: duck it, stop it, or continue "
+                        "(default: duck with --loudspeaker, continue without)")
     r.add_argument("--trace", default=None, help="append one JSON line per utterance to this file")
     r.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus /metrics on this port (0: off)")
     r.add_argument("--metrics-bind", default="127.0.0.1", help="address for /metrics (default 127.0.0.1)")
@@ -107,8 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--speculate-after-ms", type=int, default=None, metavar="MS",
                    help="pause after which the utterance so far is decoded, translated and its first clause "
                         "synthesized ahead (default: the loop's, 64)")
-    b.add_argument("--early-commit", action="store_true",
-                   help="end an utterance at a pause once its text is a complete sentence (faster, less accurate)")
+    b.add_argument("--no-turn-policy", action="store_true",
+                   help="end every pause at the plain hangover (no end-of-turn model, no holding through hesitations)")
+    b.add_argument("--memory", action="store_true",
+                   help="also measure the loop's own peak RSS after warm-up and cold start in a fresh process")
+    b.add_argument("--paused", action="store_true",
+                   help="also run the paused-speech set: each clip with a word-search pause inside a sentence")
+    b.add_argument("--pause-ms", type=int, default=None, metavar="MS", help="with --paused: pause length (default 600)")
     b.add_argument("--check", default=None, metavar="FILE",
                    help="perf-regression check: run FILE's clips, fail if a stage's time in units of a speed "
                         "probe grew beyond FILE's tolerance, the loop is not faster than serial, or a clip failed")
@@ -134,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--no-spoken", action="store_true", help="skip transcribing the synthesized output back")
     e.add_argument("--json", action="store_true")
     _add_pack_args(e)
+    add_noise_args(e)  # --noise and its options: edge_rt/cli/noise.py
     e.set_defaults(func=_cmd_eval)
 
     d = sub.add_parser("devices", help="list audio devices")

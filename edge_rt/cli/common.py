@@ -8,7 +8,8 @@ import argparse
 def _stage_options(args: argparse.Namespace):
     from edge_rt.pipeline import StageOptions
 
-    return StageOptions(precision=args.precision, threads=args.threads, backend=args.backend)
+    return StageOptions(precision=args.precision, threads=args.threads, backend=args.backend,
+                        target=getattr(args, "to", None))
 
 
 def _say_backend(console, pipe) -> None:

@@ -43,6 +43,20 @@ def _speculation(args: argparse.Namespace) -> dict:
     return {} if args.speculate_after_ms is None else {"speculate_after_ms": args.speculate_after_ms}
 
 
+def _paused(args: argparse.Namespace):
+    """PauseOptions for --paused / --pause-ms (None: no paused-speech set)."""
+    if not args.paused:
+        if args.pause_ms is not None:
+            raise EdgeRtError("--pause-ms needs --paused")
+        return None
+    from edge_rt.measure.paused import PauseOptions
+
+    try:
+        return PauseOptions() if args.pause_ms is None else PauseOptions(pause_ms=args.pause_ms)
+    except ValueError as e:
+        raise EdgeRtError(f"--pause-ms: {e}") from e
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -56,8 +70,12 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         ms = lambda v: f"{v:7.0f}" if v is not None else "      -"  # noqa: E731
         lat = f"{ms(r.turn_latency_ms)} ms" if r.status in ("ok", "not run") else f"{r.status.upper():>10}"
         peer = f"  peer {ms(r.peer_ms)} ms" if r.peer_ms is not None else ""
-        console.print(f"{r.id:34} {r.lang}→{r.target} turn {lat}  serial {ms(r.serial_ms)} ms{peer}  "
-                      f"{r.reason or r.translation[:60]}", highlight=False)
+        tt = r.turn_taking or {}
+        over = f"  TALK-OVER by {tt['over_by_ms']:.0f} ms" if tt.get("talk_over") else ""
+        name = f"{r.id} (paused)" if r.pauses else r.id
+        console.print(f"{name:34} {r.lang}→{r.target} turn {lat}  serial {ms(r.serial_ms)} ms{peer}  "
+                      f"finish lag {ms(tt.get('finish_lag_ms'))} ms{over}  {r.reason or r.translation[:60]}",
+                      highlight=False)
 
     recorded = None
     if args.check:
@@ -68,10 +86,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     opts = BenchOptions(pack=args.pack, precision=args.precision, threads=args.threads, backend=args.backend,
                         clips=tuple(args.clip),
                         limit=args.limit, baseline=not args.no_baseline, partials=not args.no_partials,
-                        early_commit=args.early_commit, **_speculation(args), peer=args.peer, peer_wait_ms=args.peer_wait_ms,
+                        turn_policy=not args.no_turn_policy, **_speculation(args), peer=args.peer, peer_wait_ms=args.peer_wait_ms,
                         speed_repeats=5 if (args.check or args.record_check) else 0,
                         slowdown=os.environ.get("EDGE_RT_BENCH_SLOWDOWN", ""),  # test hook: measure/slowdown.py
-                        speech_dir=Path(args.speech_dir) if args.speech_dir else None)
+                        speech_dir=Path(args.speech_dir) if args.speech_dir else None, paused=_paused(args),
+                        memory=args.memory)
     result = bench(opts, log=log)
     if args.record_check:
         from edge_rt.measure.perf_check import record_check
@@ -97,10 +116,36 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                       f"({r['clips_measured']} of {len(r['clips'])} clips); serial P50 {r['serial_p50_ms'] or 0:.0f} "
                       f"ms (x{r['speedup_vs_serial'] or 0:.2f}){peer}; peak RSS {r['rss_mb_peak']:.0f} MB; "
                       f"cold start {r['cold_start_s']:.1f} s", highlight=False)
+        if r.get("loop_memory"):
+            m = r["loop_memory"]
+            console.print(f"the loop alone (fresh process, into pt, {m['clips']} clips): peak RSS after warm-up "
+                          f"{m['peak_after_warmup_mb']:.0f} MB, cold start {m['cold_start_s']:.2f} s", highlight=False)
+        pc = r["phrase_cache"]
+        console.print(f"phrase cache: {pc['hits']} of {pc['lookups']} translations reused, "
+                      f"{pc['saved_ms']:.0f} ms saved", highlight=False)
         if r["failed"]:
             console.print(f"FAILED clips (the last utterance produced no speech): {', '.join(r['failed'])}",
                           highlight=False)
+        console.print(_turn_taking_line("", r), highlight=False)
+        if r.get("paused"):
+            p = r["paused"]
+            console.print(_turn_taking_line(f"paused set ({p['options']['pause_ms']} ms pause, "
+                                            f"{len(p['clips'])} clips, {len(p['skipped'])} without a pause point): "
+                                            f"turn P50 {p['turn_latency_ms']['p50'] or 0:.0f} ms; ", p)
+                          + f"; talk-over at the pause {_pct(p['talk_over_at_pause_rate'])}", highlight=False)
     return 0 if ok else 1
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{100 * v:.0f} %"
+
+
+def _turn_taking_line(head: str, r: dict) -> str:
+    lag = r["finish_lag_ms"]
+    ms = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
+    live = ", ".join(f"{lang} {v['metric'].upper()} {v['value']:.1f} %" for lang, v in r["live_wer"].items()) or "-"
+    return (f"{head}talk-over {_pct(r['talk_over_rate'])} of clips; finish lag P50 {ms(lag['p50'])} ms, "
+            f"P95 {ms(lag['p95'])} ms; live captions {live}")
 
 
 # -- operations: serve, doctor, replay, report (systemd/README.md) ---------------
@@ -112,7 +157,11 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     from edge_rt.measure.eval import EvalOptions, evaluate
 
-    precisions = tuple(args.precisions.split(","))
+    if getattr(args, "noise", False):  # edge_rt/cli/noise.py
+        from edge_rt.cli.noise import cmd_eval_noise
+
+        return cmd_eval_noise(args, args.precisions or "int8")
+    precisions = tuple((args.precisions or "int8,fp32").split(","))
     for p in precisions:
         if p not in ("int8", "fp32"):
             raise EdgeRtError(f"--precisions takes int8 and/or fp32 separated by commas, not {p!r}")

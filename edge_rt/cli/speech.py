@@ -72,6 +72,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from edge_rt.audio.devices import DeviceSink, DeviceSource
+    from edge_rt.audio.frontend import FrontEndOptions
     from edge_rt.loop.captions import Captions
     from edge_rt.loop.endpoint import EndpointOptions
     from edge_rt.loop.loop import LoopOptions
@@ -85,7 +86,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     sink = DeviceSink(args.device_out, rate=args.rate_out, backend=args.audio_backend)
     trace = TraceWriter(args.trace) if args.trace else None
     captions = Captions(_show_caption(Console()))
-    options = LoopOptions(target=args.to, source=args.source, endpoint=EndpointOptions(hangover_ms=args.hangover_ms))
+    options = LoopOptions(target=args.to, source=args.source, endpoint=EndpointOptions(hangover_ms=args.hangover_ms),
+                          frontend=FrontEndOptions() if args.loudspeaker else None,
+                          barge_in=args.barge_in or ("duck" if args.loudspeaker else "continue"))
     recording = None
     if args.record:  # field test: session folder + flight recorder (edge_rt/ops/session.py)
         from edge_rt.ops.flight import FlightOptions

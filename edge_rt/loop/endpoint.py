@@ -8,7 +8,8 @@ audio. Time is the capture ring's sample index.
   ``max(base_threshold, mu + alpha * sigma)`` (capped at ``max_threshold``),
   so steady noise that lifts the VAD's output does not open utterances.
 * **Hangover**: an utterance ends after ``hangover_ms`` of frames below the
-  threshold minus ``neg_offset``.
+  threshold minus ``neg_offset``; the loop's turn policy may :meth:`~Endpointer.hold` one pause
+  longer (a sentence judged incomplete) or shorter, or end it now (:meth:`~Endpointer.force_end`).
 * **Pre-roll**: an utterance starts ``preroll_ms`` before its first speech frame
   so the first phoneme is not cut.
 * **Maximum length**: an utterance longer than ``max_utterance_s`` is split at
@@ -70,7 +71,9 @@ class EndpointOptions:
 class Event(NamedTuple):
     kind: str  # "start" | "end"
     sample: int  # start: first sample of the utterance (pre-roll included); end: one past its last speech sample
-    reason: str = ""  # end: "silence" | "max_length" | "complete" (forced by the loop) | "flush"
+    # end: "silence" (the hangover ran out) | "max_length" | "flush" | a reason given to hold() or force_end()
+    # by the loop's turn policy ("complete", "hangover", "max_pause")
+    reason: str = ""
 
 
 class Endpointer:
@@ -91,6 +94,7 @@ class Endpointer:
         self._var = 0.05**2
         self._run = 0  # consecutive frames above threshold while silent
         self._silence = 0  # consecutive frames below the continuation level while in speech
+        self._hold: tuple[int, str] | None = None  # (silence frames, reason) that end the current pause
         self._start_frame = 0
         self._last_speech_frame = -1
         self._floor = 0  # end sample of the previous utterance: a pre-roll never reaches back into it
@@ -127,12 +131,14 @@ class Endpointer:
         self._remember(frame_index, p)
         if p >= thr - o.neg_offset:
             self._silence = 0
+            self._hold = None
             self._last_speech_frame = frame_index
         else:
             self._silence += 1
-            if self._silence >= o.hangover_frames:
+            frames, reason = self._hold or (o.hangover_frames, "silence")
+            if self._silence >= frames:
                 end = (self._last_speech_frame + 1) * VAD_FRAME
-                events.append(Event("end", end, "silence"))
+                events.append(Event("end", end, reason))
                 self._close(end)
                 return events
         if frame_index - self._start_frame + 1 >= o.max_frames:
@@ -152,6 +158,18 @@ class Endpointer:
         """One past the last speech sample of the current utterance."""
         return (self._last_speech_frame + 1) * VAD_FRAME
 
+    def hold(self, frames: int, reason: str) -> None:
+        """End the current pause after ``frames`` silent frames (instead of the hangover), with ``reason``.
+
+        Holds for this pause only: speech resuming, or the utterance ending, restores the hangover.
+        Call it while :attr:`silence_frames` > 0; ``frames`` at or below the silence so far ends the
+        utterance at the next silent frame (use :meth:`force_end` to end it now).
+        """
+        if frames < 1:
+            raise ValueError(f"hold needs at least one frame, got {frames}")
+        if self.in_speech:
+            self._hold = (frames, reason)
+
     def force_end(self, reason: str = "complete") -> list[Event]:
         """End the open utterance now, at its last speech frame (e.g. the sentence is clearly complete)."""
         if not self.in_speech:
@@ -169,6 +187,7 @@ class Endpointer:
         self._start_frame = first_frame
         self._last_speech_frame = first_frame
         self._silence = 0
+        self._hold = None
         self._run = 0
         self._recent[:] = 1.0
 
@@ -176,6 +195,7 @@ class Endpointer:
         self._floor = end_sample
         self.in_speech = False
         self._silence = 0
+        self._hold = None
         self._run = 0
 
     def _remember(self, frame_index: int, p: float) -> None:

@@ -7,6 +7,10 @@ work (a partial decode, the final decode + translation + first clause, the same
 done ahead at a pause, or the next clause), so the capture side is read at least
 every few hundred ms.
 
+At a pause the turn policy (turn_policy.py) decides when the pause ends the turn: the
+speculative transcript and the end-of-turn model (``stages.turn``, when the pack has one) end
+a complete sentence at once and hold the endpointer through a hesitation.
+
 Time is the capture ring's sample index; the trace converts it to monotonic
 ns through the source's clock.
 """
@@ -23,6 +27,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
+from edge_rt.audio.frontend import FrontEnd
 from edge_rt.audio.sinks import Sink
 from edge_rt.audio.sources import Source
 from edge_rt.errors import EdgeRtError, UnsupportedLanguageError
@@ -32,15 +37,20 @@ from edge_rt.loop.observer import LoopObserver
 from edge_rt.loop.options import LoopOptions
 from edge_rt.loop.output import SpeechQueue
 from edge_rt.loop.overload import OverloadStats
+from edge_rt.loop.context import Context
+from edge_rt.loop.catchup import speaking_rate
+from edge_rt.loop.phrase_cache import PhraseCache
 from edge_rt.loop.recognize import Hypothesis, level, recognize, with_first_clause
 from edge_rt.loop.stages import Stages
 from edge_rt.loop.stream import LocalAgreement
 from edge_rt.loop.trace import TracePublisher, TraceWriter, UtteranceTrace
-from edge_rt.units import SAMPLE_RATE, VAD_FRAME
+from edge_rt.loop.turn_policy import TurnPolicy
+from edge_rt.units import SAMPLE_RATE, VAD_FRAME, VAD_FRAME_MS
 
 __all__ = ["Loop", "LoopOptions"]  # LoopOptions lives in options.py; importable from here too
 
 HISTORY = 1 << 20  # 65 s of capture audio kept for utterance slices
+TURN_WINDOW = 8 * SAMPLE_RATE  # the end-of-turn model sees the utterance's last 8 s
 
 Caption = Callable[[str, int, str, str], None]  # (kind, utterance, lang, text); kind: partial|final|translation
 
@@ -51,6 +61,7 @@ class _Utterance:
     agreement: LocalAgreement = field(default_factory=LocalAgreement)
     next_partial: int = 0  # sample index at which the next partial is due
     speculation: Hypothesis | None = None
+    pause: int = 0  # silent frames of the current pause (0: speaking)
 
 
 class Loop:
@@ -66,6 +77,11 @@ class Loop:
         self.on_caption = on_caption or (lambda *a: None)
         self.observers = tuple(observers)  # see observer.py: called on the worker thread
         self.endpointer = Endpointer(options.endpoint)
+        self._context = Context(options.context)  # the previous utterance's language and text
+        self.turn_policy = None if options.turn is None else TurnPolicy(options.turn, options.endpoint.hangover_ms)
+        self._turn_frames = frozenset(-(-ms // VAD_FRAME_MS) for ms in options.turn.model_at_ms) if options.turn else ()
+        self.turn_errors = 0  # end-of-turn model calls that raised (the policy decides without it; in errors too)
+        self._p_prev = 0.0  # the previous hop's speech probability
         self.history = History(HISTORY)
         self.published = TracePublisher(options.keep_traces, trace, self.observers)
         self.traces = self.published.traces
@@ -79,6 +95,12 @@ class Loop:
         self._stop = threading.Event()
         self._current: _Utterance | None = None
         self._speech = SpeechQueue(sink)  # synthesized, not yet accepted by the sink
+        # Repeated phrases: translation and first clause reused (stats: hits, saved time; bench reports them).
+        self.phrases = PhraseCache(options.phrase_cache) if options.phrase_cache else None
+        # Echo cancellation before the VAD (audio/frontend.py): the VAD, the history (ASR) and observers
+        # get the cleaned hop.
+        self._frontend = FrontEnd.for_loop(options.frontend, source.clock, sink) if options.frontend else None
+        self._barged = False  # someone talks over the speech: ducked until their utterance ends
         self._clauses: Iterator | None = None  # the rest of the current translation's clauses
         self._clause_trace: UtteranceTrace | None = None
         self._count = 0
@@ -149,18 +171,23 @@ class Loop:
     # -- one hop -----------------------------------------------------------------
     def _step(self) -> None:
         first, n = self.source.ring.read_into(self._hop)
+        if self._frontend is not None:
+            self._frontend.process(first, self._hop[:n])
         self.history.write(first, self._hop[:n])
         self.hops += 1
         for o in self.observers:
             o.on_hop(first, self._hop[:n])
         p = self.stages.vad(self._hop)
+        if self._current is None and self._frontend is not None and self._frontend.echo:
+            p = 0.0  # our own speech's residual echo: no utterance opens on it (audio/frontend.py, echo gate)
         frame = (first + n) // VAD_FRAME - 1
         for event in self.endpointer.push(frame, p):
             self._on_event(event)
         if self._current is not None:
-            self._maybe_speculate()
+            self._pause(first + n)
         if self._current is not None:
-            self._maybe_partial(first + n)
+            self._maybe_partial(first + n, p)
+        self._p_prev = p
         self._advance_output()
 
     def _on_event(self, event: Event) -> None:
@@ -170,8 +197,12 @@ class Loop:
             tr = UtteranceTrace(self._count, start_sample=event.sample)
             tr.stamp("speech_start", clock.ns(event.sample))
             self._current = _Utterance(tr, next_partial=event.sample + int(self.options.min_partial_s * SAMPLE_RATE))
+            self._barge_in()
             return
         utt, self._current = self._current, None
+        if self._barged:
+            self._barged = False
+            self._speech.resume()
         if utt is None:
             return
         tr = utt.trace
@@ -211,28 +242,61 @@ class Loop:
             self._reported = e
             raise e
 
-    def _maybe_speculate(self) -> None:
-        """At the start of a pause, do the end-of-utterance work ahead; commit early if the sentence is complete."""
+    def _pause(self, now: int) -> None:
+        """Inside an utterance: at a pause, work ahead and let the turn policy end or hold it."""
+        utt = self._current
+        silence = self.endpointer.silence_frames
+        policy = self.turn_policy
+        if silence == 0:  # speaking: a pause that just ended was inside the utterance
+            if utt.pause and policy is not None:
+                policy.speech_resumed(utt.pause * VAD_FRAME_MS)
+            utt.pause = 0
+            return
+        if utt.pause == 0 and policy is not None:
+            policy.pause_started()
+        utt.pause = silence
+        spoken = self._maybe_speculate()
+        if policy is None:
+            return
+        hyp = utt.speculation
+        if spoken and hyp is not None and hyp.end == self.endpointer.speech_end_sample:
+            policy.note_text(hyp.text or hyp.translation, hyp.lang if hyp.text else self.options.target)
+        turn = getattr(self.stages, "turn", None)
+        if turn is not None and silence in self._turn_frames:
+            try:
+                policy.note_turn(turn.probability(self.history.slice(max(utt.trace.start_sample, now - TURN_WINDOW),
+                                                                     now)))
+            except Exception as e:  # noqa: BLE001 - evidence only: the policy decides without it
+                self.turn_errors += 1
+                self.errors.append(f"utterance {utt.trace.utterance} end-of-turn model: {type(e).__name__}: {e}")
+        decision = policy.decide()
+        frames = max(1, -(-decision.end_at_ms // VAD_FRAME_MS))
+        if silence >= frames:
+            for event in self.endpointer.force_end(decision.end_reason):
+                self._on_event(event)
+        else:
+            self.endpointer.hold(frames, decision.end_reason)
+
+    def _maybe_speculate(self) -> bool:
+        """At the start of a pause, do the end-of-utterance work ahead; True if it did."""
         o = self.options
         if o.speculate_after_ms is None:
-            return
+            return False
         frames = max(1, -(-o.speculate_after_ms * SAMPLE_RATE // (1000 * VAD_FRAME)))
         if self.endpointer.silence_frames != frames:
-            return
+            return False
         utt = self._current
         end = self.endpointer.speech_end_sample
         if o.overload.skip_optional(self._capture_lag_s()):
             self.overload.speculations_skipped += 1
-            return
+            return False
         try:
             hyp = self._recognize(utt.trace.start_sample, end)
         except Exception as e:  # noqa: BLE001 - work ahead only: counted here, the real end decodes again
             self._speculation_failed(e, utt.trace.utterance, "decode")
-            return
-        utt.speculation = hyp = self._synthesize_ahead(hyp, utt.trace.utterance)
-        if o.early_commit and hyp.complete and len(hyp.text.split()) >= o.min_commit_words:
-            for event in self.endpointer.force_end("complete"):
-                self._on_event(event)
+            return False
+        utt.speculation = self._synthesize_ahead(hyp, utt.trace.utterance)
+        return True
 
     def _speculation_failed(self, e: Exception, utterance: int, what: str) -> None:
         """Count and report work ahead that raised; the utterance is not dropped (its end does the work again)."""
@@ -242,24 +306,30 @@ class Loop:
     def _synthesize_ahead(self, hyp: Hypothesis, utterance: int) -> Hypothesis:
         """The speculative hypothesis with its first clause synthesized (see :func:`with_first_clause`)."""
         try:
-            return with_first_clause(hyp, self.stages.tts, self.options.target)
+            return with_first_clause(hyp, self.stages.tts, self.options.target, rate=self._rate(),
+                                     phrases=self.phrases)
         except Exception as e:  # noqa: BLE001 - work ahead only: counted here, the end synthesizes again
             self._speculation_failed(e, utterance, "synthesis")
             return hyp
 
-    def _maybe_partial(self, now: int) -> None:
+    def _maybe_partial(self, now: int, p: float) -> None:
         utt = self._current
         if not self.options.partials or now < utt.next_partial:
             return
         if self.endpointer.silence_frames:
             return  # a pause: speculation decodes instead
+        if p < self._p_prev and p < self.endpointer.threshold:
+            # Speech is fading: a pause may be starting, and a decode begun now (a few hundred ms, it
+            # cannot be interrupted from this thread) would delay the speculation and the end. Next hop.
+            return
         utt.next_partial = now + self.options.partial_interval_ms * SAMPLE_RATE // 1000
         if self.options.overload.skip_optional(self._capture_lag_s()):
             self.overload.partials_skipped += 1  # overloaded: partials are the first thing to go
             return
         audio = self._level(self.history.slice(utt.trace.start_sample, now))
         try:
-            result = self.stages.asr.transcribe(audio, language=self.options.source)
+            language = self._context.at(utt.trace.start_sample).transcribe_kwargs(self.options.source)["language"]
+            result = self.stages.asr.transcribe(audio, language=language)
         except Exception as e:  # noqa: BLE001 - captions only: the final decode decides and reports
             self.errors.append(f"utterance {utt.trace.utterance} partial: {type(e).__name__}: {e}")
             utt.next_partial = sys.maxsize  # no more partials for this utterance
@@ -271,7 +341,11 @@ class Loop:
     def _recognize(self, start: int, end: int) -> Hypothesis:
         """One Whisper pass + MT of capture samples [start, end) (see :func:`recognize`)."""
         return recognize(self.stages, self.options, self._level(self.history.slice(start, end)), end,
-                         self.source.clock)
+                         self.source.clock, self._context.at(start), self.phrases)
+
+    def _rate(self) -> float:
+        """Speaking rate of the next translation: faster while earlier speech is still queued (catchup.py)."""
+        return speaking_rate(self._output_backlog_s(), self.options.catch_up)
 
     def _level(self, audio: np.ndarray) -> np.ndarray:
         """Automatic gain: a quiet utterance reaches Whisper at speech level (see stages/gain.py)."""
@@ -291,6 +365,7 @@ class Loop:
             tr.dropped = "no speech recognised (silence or noise)"
             self._close(tr)
             return
+        self._context.remember(tr.end_sample, tr.lang, tr.text)  # noise lends no language
         if not hyp.source_pending:
             self.on_caption("final", tr.utterance, tr.lang, tr.text)
         tr.stamp("asr_final", max(hyp.asr_ns, detected))
@@ -303,10 +378,10 @@ class Loop:
             return
         # Streaming TTS: the first clause now, the rest one per iteration.
         self._finish_previous()
-        if hyp.speech is not None:  # synthesized during the pause
-            clauses = itertools.chain([hyp.speech[0]], hyp.speech[1])
-        else:
-            clauses = iter(self.stages.tts.clauses(hyp.translation, self.options.target))
+        if hyp.speech is None:  # not synthesized during the pause (or nothing to speak): the first clause now
+            hyp = with_first_clause(hyp, self.stages.tts, self.options.target, rate=self._rate(),
+                                    phrases=self.phrases)
+        clauses = itertools.chain([hyp.speech[0]], hyp.speech[1]) if hyp.speech is not None else iter(())
         if self.options.overload.shorten(self._output_backlog_s()):  # level 2: say less
             self.overload.translations_shortened += 1
             clauses = itertools.islice(clauses, self.options.overload.clauses)
@@ -319,7 +394,9 @@ class Loop:
     def _transcribe_source(self, tr: UtteranceTrace) -> None:
         audio = self._level(self.history.slice(tr.start_sample, tr.end_sample))
         try:
-            tr.text = self.stages.asr.transcribe(audio, language=tr.lang).text.strip()
+            tr.text = self.stages.asr.transcribe(
+                audio, **self._context.at(tr.start_sample).transcribe_kwargs(tr.lang)).text.strip()
+            self._context.remember(tr.end_sample, tr.lang, tr.text)
         except Exception as e:  # noqa: BLE001 - a caption only: the translation is already spoken
             self.errors.append(f"utterance {tr.utterance} source caption: {type(e).__name__}: {e}")
             return
@@ -375,6 +452,18 @@ class Loop:
             self.overload.speech_dropped += 1
             if "first_output" not in oldest.t_ns:
                 oldest.dropped = "overload: its speech was dropped from the output backlog"
+
+    def _barge_in(self) -> None:
+        """Speech started while translated speech plays: apply the barge-in policy (see output.py)."""
+        policy = self.options.barge_in
+        if policy == "continue" or not self._speech.playing():
+            return
+        self._barged = True
+        for tr in self._speech.barge_in(policy):
+            tr.dropped = "barge-in: its speech was stopped before it was heard"
+        if policy == "stop" and self._clauses is not None:  # the rest of that translation is not spoken
+            self._clauses = None
+            self._close(self._clause_trace)
 
     def _capture_lag_s(self) -> float:
         """Seconds of captured audio the worker has not read yet."""

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from edge_rt.audio.frontend import FrontEndOptions
+from edge_rt.loop.catchup import CatchUpOptions
+from edge_rt.loop.context import ContextOptions
 from edge_rt.loop.endpoint import EndpointOptions
 from edge_rt.loop.overload import OverloadOptions
+from edge_rt.loop.turn_policy import TurnOptions
+from edge_rt.loop.output import BARGE_IN
 from edge_rt.stages.gain import GainOptions
 
 __all__ = ["LoopOptions"]
@@ -21,12 +26,10 @@ class LoopOptions:
     # Speculation: once speech pauses for this long, decode and translate the utterance so far and
     # synthesize its first clause; if the pause becomes the end, that work is reused (None: off).
     speculate_after_ms: int | None = 64
-    # ... and when that hypothesis is a complete sentence (ends in . ? !), end the utterance
-    # right there instead of waiting for the whole hangover. Off by default: Whisper ends
-    # almost every fragment with a period, and committing there split sentences (English WER
-    # 6.2 % -> 9.8 % on the real clips, see the README's latency section).
-    early_commit: bool = False
-    min_commit_words: int = 2  # a one-word "sentence" is not trusted to be complete
+    # When a pause ends the turn: the end-of-turn model, the speculative transcript and the speaker's
+    # pauses end a complete sentence early and hold through a hesitation (see turn_policy.py).
+    # None: the endpointer's plain hangover ends every pause.
+    turn: TurnOptions | None = field(default_factory=TurnOptions)
     min_partial_s: float = 1.0  # no partial before this much speech
     overload: OverloadOptions = field(default_factory=OverloadOptions)  # what to shed when compute falls behind
     gain: GainOptions | None = field(default_factory=GainOptions)  # automatic gain of each utterance before ASR
@@ -34,18 +37,38 @@ class LoopOptions:
     # P(no speech) above the first value AND average log-probability below the second is not translated.
     # Stricter than Whisper's own (0.6, -1.0): on the speech set only garbage fragments fall under it.
     unsure: tuple[float, float] | None = (0.15, -0.7)
+    # What an utterance carries to the next one within a few seconds: its language, its text (context.py).
+    context: ContextOptions = field(default_factory=ContextOptions)
     # A stage error drops its utterance and the loop goes on; this many in a row means the stage is
     # broken, not unlucky: the error goes up (the service exits and systemd restarts it).
     max_consecutive_errors: int = 5
     keep_traces: int | None = None  # Loop.traces keeps the last N (None: all; an always-on service bounds it)
     idle_sleep_s: float = 0.004  # wait when no hop is ready
+    # Echo cancellation (+ filters) of each hop before the VAD, with what the sink played as reference
+    # (audio/frontend.py). None: off, the headset default; `edge-rt run --loudspeaker` turns it on.
+    frontend: FrontEndOptions | None = None
+    # Someone starts talking while translated speech plays: "duck" it (-12 dB until they stop), "stop" it
+    # (drop what is left of it), or "continue". continue: a headset wearer talking over is not a reason
+    # to cut the translation; loudspeaker mode defaults to duck (see loop/output.py).
+    barge_in: str = "continue"
+    # Speech queued behind earlier speech is spoken up to 1.25x faster so the listener catches up
+    # (catchup.py; None: always the voice's pace).
+    catch_up: CatchUpOptions | None = field(default_factory=CatchUpOptions)
+    # Recent phrases: translation and first-clause audio of the last N distinct source phrases are
+    # reused when a phrase repeats (phrase_cache.py; None: off). 64: a few minutes of conversation;
+    # an entry is a short string plus ~1-3 s of audio (< 0.3 MB), so at most ~20 MB. Not tuned.
+    phrase_cache: int | None = 64
 
     def __post_init__(self):
+        if self.barge_in not in BARGE_IN:
+            raise ValueError(f"barge_in must be one of {', '.join(BARGE_IN)}, got {self.barge_in!r}")
         if self.partial_interval_ms < 100:
             raise ValueError(f"partial_interval_ms must be >= 100, got {self.partial_interval_ms}")
         if self.unsure is not None and not (0 <= self.unsure[0] < 1 and self.unsure[1] < 0):
             raise ValueError(f"unsure must be (P(no speech) in [0, 1), average log-probability < 0) or None, "
                              f"got {self.unsure}")
+        if self.phrase_cache is not None and self.phrase_cache < 1:
+            raise ValueError(f"phrase_cache must be >= 1 phrases or None (off), got {self.phrase_cache}")
         if self.max_consecutive_errors < 1:
             raise ValueError(f"max_consecutive_errors must be >= 1, got {self.max_consecutive_errors}")
         if self.keep_traces is not None and self.keep_traces < 1:
@@ -53,3 +76,6 @@ class LoopOptions:
         if self.speculate_after_ms is not None and self.speculate_after_ms >= self.endpoint.hangover_ms:
             raise ValueError(f"speculate_after_ms ({self.speculate_after_ms}) must be shorter than the hangover "
                              f"({self.endpoint.hangover_ms} ms), or None to turn speculation off")
+        if self.turn is not None and self.turn.max_pause_ms < self.endpoint.hangover_ms:
+            raise ValueError(f"turn.max_pause_ms ({self.turn.max_pause_ms}) must be at least the endpointer's "
+                             f"hangover ({self.endpoint.hangover_ms} ms)")

@@ -4,7 +4,8 @@ The sink back-pressures (``write`` returns how much it accepted), so clauses wai
 here; the first sample of each utterance is marked right before it is written,
 so its trace gets ``first_output`` when that sample is played. The loop's
 overload policy reads :meth:`SpeechQueue.backlog_s` and may drop the oldest
-queued utterance; nothing else ever leaves the queue unplayed.
+queued utterance; a person talking over the speech (barge-in, :meth:`SpeechQueue.barge_in`) may duck
+or stop it, when the loop's options say so.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import numpy as np
 from edge_rt.audio.sinks import Sink
 from edge_rt.loop.trace import UtteranceTrace
 
-__all__ = ["SpeechQueue"]
+__all__ = ["BARGE_IN", "SpeechQueue"]
+
+BARGE_IN = ("duck", "stop", "continue")  # what a person talking over the translated speech does to it
 
 
 class SpeechQueue:
@@ -24,6 +27,7 @@ class SpeechQueue:
         self.sink = sink
         self._items: collections.deque[list] = collections.deque()  # [trace, samples, mark before writing]
         self._queued = 0  # samples waiting here (not yet accepted by the sink)
+        self._marked: collections.deque[UtteranceTrace] = collections.deque()  # first sample in the sink, unplayed
 
     def __bool__(self) -> bool:
         return bool(self._items)
@@ -40,6 +44,9 @@ class SpeechQueue:
             tr, head, mark = item
             if mark:  # its first sample is the next one the sink takes
                 self.sink.mark(lambda t_ns, tr=tr: tr.stamp("first_output", t_ns))
+                while self._marked and "first_output" in self._marked[0].t_ns:
+                    self._marked.popleft()  # heard already
+                self._marked.append(tr)
                 item[2] = False
             n = self.sink.write(head)
             self._queued -= n
@@ -48,6 +55,42 @@ class SpeechQueue:
             else:
                 item[1] = head[n:]  # back-pressure: offer the rest later
                 return
+
+    def playing(self) -> bool:
+        """Speech is queued here or not yet played by the sink."""
+        return bool(self._items) or self.sink.pending() > 0
+
+    def barge_in(self, policy: str) -> list[UtteranceTrace]:
+        """Someone started talking over the speech: ``duck`` it, ``stop`` it, or ``continue``.
+
+        Returns the utterances whose speech was stopped before any of it was heard. Sinks that cannot
+        duck or flush (a file timeline) play on.
+        """
+        if policy == "duck":
+            duck = getattr(self.sink, "duck", None)
+            if duck is not None:
+                duck(True)
+            return []
+        if policy != "stop":
+            return []
+        flush = getattr(self.sink, "flush", None)
+        if flush is None:
+            return []
+        unheard = []  # in the order they would have played; the sink's unplayed first samples go too
+        for tr in [*self._marked, *(item[0] for item in self._items)]:
+            if "first_output" not in tr.t_ns and all(tr is not u for u in unheard):
+                unheard.append(tr)
+        self._marked.clear()
+        self._items.clear()
+        self._queued = 0
+        flush()
+        return unheard
+
+    def resume(self) -> None:
+        """The person stopped talking: full level again (after a duck)."""
+        duck = getattr(self.sink, "duck", None)
+        if duck is not None:
+            duck(False)
 
     def backlog_s(self) -> float:
         """Seconds of speech synthesized but not played yet (in the sink and here)."""

@@ -6,13 +6,16 @@ Pure of loop state: the loop hands the captured samples, the stages and its opti
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from typing import Iterator
 
 import numpy as np
 
 from edge_rt.errors import EdgeRtError
+from edge_rt.loop.context import NONE, AsrContext
 from edge_rt.loop.options import LoopOptions
+from edge_rt.loop.phrase_cache import PhraseCache
 from edge_rt.loop.stages import Stages
 from edge_rt.stages.gain import apply_gain
 from edge_rt.stages.tts.voice import TtsAudio
@@ -35,6 +38,7 @@ class Hypothesis:
     source_pending: bool = False  # Whisper translated directly: the source transcript comes after the audio
     # Speculation also synthesizes the first clause: (its audio, the rest of the clauses, not yet synthesized).
     speech: tuple[TtsAudio, Iterator[TtsAudio]] | None = None
+    phrase: tuple | None = None  # its key in the phrase cache (PhraseCache.key), None: not cached
 
     @property
     def complete(self) -> bool:
@@ -61,18 +65,27 @@ def asr_task(stages: Stages, target: str):
     return task_for
 
 
-def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int, clock) -> Hypothesis:
+def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int, clock,
+              context: AsrContext = NONE, phrases: PhraseCache | None = None) -> Hypothesis:
     """One Whisper pass (language detection picks transcribe or translate) + MT of ``audio``
-    (float32 16 kHz, already levelled), which ends at capture sample ``end``.
+    (float32 16 kHz, already levelled), which ends at capture sample ``end``; ``context`` is what
+    the previous utterance lends (its language, its text: see context.py); a phrase in ``phrases``
+    is not translated again.
 
     On a translate route the source-language transcript is not on the critical path: the loop
     decodes it after the first translated clause is on its way (``source_pending``).
     """
     target = options.target
-    first = stages.asr.transcribe(audio, language=options.source, task=asr_task(stages, target))
+    first = stages.asr.transcribe(audio, task=asr_task(stages, target), **context.transcribe_kwargs(options.source))
     heard = first.text.strip()
     unsure = options.unsure
-    if unsure is not None and first.no_speech_prob > unsure[0] and first.avg_logprob < unsure[1]:
+    # The babble rule is for speech out of nowhere. A fragment that follows speech within a few seconds (the
+    # rest of a sentence after a hesitation, "Ask not" after "And so my fellow Americans") is short, so
+    # Whisper is unsure of it as well: on the speech set the rule dropped such fragments (P(no speech)
+    # 0.17-0.26, log-probability -1.0 to -1.6), while babble (-35 to -45 dBFS, six talkers) came as whole
+    # utterances with nothing before them.
+    if (unsure is not None and not context.follows
+            and first.no_speech_prob > unsure[0] and first.avg_logprob < unsure[1]):
         heard = ""  # babble or noise, not speech to this device
     if not heard:
         now = clock.now_ns()
@@ -81,17 +94,36 @@ def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int,
     translated = route.asr_task == "translate"
     asr_ns = clock.now_ns()
     spoken = heard
+    key = phrases.key(first.language, heard, target) if phrases is not None else None
     if route.mt_pair and spoken:
-        spoken = stages.mt.translate(spoken, *route.mt_pair)
+        cached = phrases.translation(key) if phrases is not None else None
+        if cached is not None:
+            spoken = cached
+        else:
+            t0 = time.perf_counter()
+            spoken = stages.mt.translate(spoken, *route.mt_pair)
+            if phrases is not None:
+                phrases.put_translation(key, spoken, (time.perf_counter() - t0) * 1000)
+    elif phrases is not None:
+        phrases.put_translation(key, spoken, 0.0)  # no MT on this route: the entry holds the first clause
     return Hypothesis(end, first.language, "" if translated else heard, spoken, asr_ns, clock.now_ns(),
-                      source_pending=translated)
+                      source_pending=translated, phrase=key)
 
 
-def with_first_clause(hyp: Hypothesis, tts, target: str) -> Hypothesis:
-    """``hyp`` with its first clause synthesized, so a pause that becomes the end starts playing at
-    once; the other clauses are synthesized only if it does. Raises what the synthesizer raises."""
+def with_first_clause(hyp: Hypothesis, tts, target: str, *, rate: float = 1.0,
+                      phrases: PhraseCache | None = None) -> Hypothesis:
+    """``hyp`` with its first clause synthesized at ``rate`` (or taken from ``phrases``), so a pause
+    that becomes the end starts playing at once; the other clauses are synthesized only if it does.
+    Raises what the synthesizer raises."""
     if not any(c.isalnum() for c in hyp.translation):
         return hyp
-    clauses = iter(tts.clauses(hyp.translation, target))
+    if phrases is not None and (first := phrases.first_clause(hyp.phrase, hyp.translation, rate)) is not None:
+        return replace(hyp, speech=(first, iter(tts.clauses(hyp.translation, target, rate=rate, skip=1))))
+    t0 = time.perf_counter()
+    clauses = iter(tts.clauses(hyp.translation, target, rate=rate))
     first = next(clauses, None)
-    return hyp if first is None else replace(hyp, speech=(first, clauses))
+    if first is None:
+        return hyp
+    if phrases is not None:
+        phrases.put_first_clause(hyp.phrase, hyp.translation, first, rate, (time.perf_counter() - t0) * 1000)
+    return replace(hyp, speech=(first, clauses))

@@ -37,7 +37,7 @@ class UtteranceTrace:
     text: str = ""
     translation: str = ""
     dropped: str = ""  # why the utterance produced no speech, if it did not
-    end_reason: str = ""  # silence | complete (early commit) | max_length | flush
+    end_reason: str = ""  # silence | complete | hangover | max_pause (turn policy) | max_length | flush
     speculative: bool = False  # the final hypothesis was computed during the pause, before the end
     t_ns: dict[str, int] = field(default_factory=dict)
 

@@ -18,6 +18,13 @@ The **serial baseline** (:mod:`edge_rt.measure.serial`) runs the loop's own
 engines one after the other on the whole utterance; ``--peer``
 (:mod:`edge_rt.measure.peer`) runs faster-whisper + the same MT + Piper/espeak.
 Both are measured in the same run, on the same clips, from the same oracle end.
+
+Turn-taking (:mod:`edge_rt.measure.turn_taking`): per clip, whether a translation
+started playing before the final end of speech (talk-over), how long the
+translation ran past it (finish lag), and the error rate of the live "final"
+captions against the reference. With ``paused`` set, the same run is repeated on
+the paused-speech set (:mod:`edge_rt.measure.paused`: a word-search pause
+inserted inside each sentence), without the baselines.
 """
 
 from __future__ import annotations
@@ -37,8 +44,11 @@ from edge_rt.audio.sources import PacedFileSource
 from edge_rt.loop.loop import Loop, LoopOptions
 from edge_rt.loop.stages import Stages
 from edge_rt.loop.trace import UtteranceTrace, percentiles
+from edge_rt.loop.turn_policy import TurnOptions
+from edge_rt.measure.paused import PausedClip, PauseOptions, paused_clip
 from edge_rt.measure.serial import serial_turn
 from edge_rt.measure.slowdown import Slowdown
+from edge_rt.measure.turn_taking import CaptionLog, turn_taking, turn_taking_summary
 from edge_rt.pack import BuiltPack
 from edge_rt.pipeline import StageOptions, load_stages
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME
@@ -66,11 +76,17 @@ class BenchOptions:
     partials: bool = True  # live captions (costs compute during speech)
     # Decode + translate + synthesize ahead once a pause is this long (None: no speculation).
     speculate_after_ms: int | None = LoopOptions.speculate_after_ms
-    early_commit: bool = False  # end at a complete sentence instead of waiting the whole hangover
+    paused: PauseOptions | None = None  # also run the paused-speech set (paused.py) built with these options
+    turn_policy: bool = True  # end complete sentences early, hold through hesitations (False: the plain hangover)
+    # The loop's own memory and cold start, in a fresh process that loads what `edge-rt run --to pt` loads
+    # and translates the first few clips twice (measure/memory.py): this process also holds the serial
+    # baseline and the peer, so its own peak RSS is not the loop's.
+    memory: bool = False
+    memory_clips: int = 4
 
     def loop_options(self, target: str) -> LoopOptions:
         return LoopOptions(target=target, partials=self.partials, speculate_after_ms=self.speculate_after_ms,
-                           early_commit=self.speculate_after_ms is not None and self.early_commit)
+                           turn=TurnOptions() if self.turn_policy else None)
 
     def target_for(self, lang: str) -> str:
         """English clips are spoken in Portuguese, every other language in English."""
@@ -95,6 +111,11 @@ class ClipResult:
     translation: str
     serial: dict | None = None  # the serial turn's parts (wait, asr, mt, tts ms)
     peer: dict | None = None
+    reference: str = ""  # the manifest transcript
+    live_text: str = ""  # the live loop's "final" captions, joined
+    turn_taking: dict | None = None  # turn_taking.TurnTaking.as_dict() (None: the live loop did not run)
+    pauses: dict | None = None  # the paused set: where the pauses are (PausedClip.as_dict())
+    phrase_cache: dict | None = None  # the live loop's phrase cache (LiveRun.phrases)
     traces: list[UtteranceTrace] = field(repr=False, default_factory=list)
 
     def as_dict(self) -> dict:
@@ -148,13 +169,38 @@ def load_bench_stages(options: BenchOptions) -> tuple[BuiltPack, Stages]:
     return pack, stages
 
 
-def run_clip(stages: Stages, audio: np.ndarray, options: LoopOptions, tail_s: float
-             ) -> tuple[list[UtteranceTrace], PacedFileSource]:
+class PlayoutSink(PacedFileSink):
+    """A paced sink that also notes when the last translated sample was played (for the finish lag)."""
+
+    last_played_ns: int | None = None
+
+    def consume(self, out: np.ndarray, t_ns: int) -> None:
+        before = self.ring.read_index
+        super().consume(out, t_ns)
+        played = self.ring.read_index - before  # real samples; the rest of ``out`` is underrun silence
+        if played > 0:
+            self.last_played_ns = t_ns + (played - 1) * 1_000_000_000 // self.rate
+
+
+@dataclass
+class LiveRun:
+    """What one clip's live run left behind: traces, the capture clock, captions, the last sample played."""
+
+    traces: list[UtteranceTrace]
+    clock: object  # the source's CaptureClock
+    captions: CaptionLog
+    last_played_ns: int | None
+    phrases: dict | None = None  # the loop's phrase cache: lookups, hits, saved time (CacheStats.as_dict())
+
+
+def run_clip(stages: Stages, audio: np.ndarray, options: LoopOptions, tail_s: float) -> LiveRun:
     source = PacedFileSource(audio, tail_s=tail_s)
-    sink = PacedFileSink(stages.tts.sample_rate(options.target))
-    loop = Loop(stages, source, sink, options)
+    sink = PlayoutSink(stages.tts.sample_rate(options.target))
+    captions = CaptionLog()
+    loop = Loop(stages, source, sink, options, on_caption=captions)
     traces = loop.run()
-    return traces, source
+    return LiveRun(list(traces), source.clock, captions, sink.last_played_ns,
+                   loop.phrases.stats.as_dict() if loop.phrases is not None else None)
 
 
 @dataclass(frozen=True)
@@ -201,16 +247,23 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a and b else None
 
 
-def _measure_clip(stages, peer, c: dict, options: BenchOptions) -> tuple[ClipResult, tuple]:
-    audio = read_audio(c["path"])
+def _measure_clip(stages, peer, c: dict, options: BenchOptions, paused: PausedClip | None = None
+                  ) -> tuple[ClipResult, tuple]:
+    """One clip (or, given ``paused``, its paused version: no baselines, its own final end)."""
+    audio = paused.audio if paused is not None else read_audio(c["path"])
     target = options.target_for(c["lang"])
     loop_opts = options.loop_options(target)
-    end = oracle_end(stages.vad, audio)
-    turn, traces = Turn(None, None, "not run"), []
+    end = paused.final_end if paused is not None else oracle_end(stages.vad, audio)
+    turn, traces, taking, live_text, phrases = Turn(None, None, "not run"), [], None, "", None
     if options.live:
-        traces, source = run_clip(stages, audio, loop_opts, options.tail_s)
-        turn = live_turn(traces, source.clock, end)
-    serial = serial_turn(stages, audio, end, loop_opts) if options.baseline else None
+        run = run_clip(stages, audio, loop_opts, options.tail_s)
+        traces, live_text, phrases = run.traces, run.captions.final_text(), run.phrases
+        turn = live_turn(traces, run.clock, end)
+        taking = turn_taking(traces, run.clock, end, run.last_played_ns,
+                             paused.pauses if paused is not None else ()).as_dict()
+    if paused is not None:
+        peer = None
+    serial = serial_turn(stages, audio, end, loop_opts) if options.baseline and paused is None else None
     peer_turn = peer.turn(audio, end, c["lang"], target) if peer is not None else None
     spoken = [t for t in traces if t.translation]
     parts = lambda t: None if t is None else {  # noqa: E731
@@ -221,8 +274,35 @@ def _measure_clip(stages, peer, c: dict, options: BenchOptions) -> tuple[ClipRes
         peer_turn.latency_ms if peer_turn else None,
         turn.trace.stages_ms() if turn.trace and turn.status == "ok" else {s: None for s in STAGES},
         len(spoken), " ".join(t.text for t in spoken), " ".join(t.translation for t in spoken),
-        parts(serial), parts(peer_turn), traces)
+        parts(serial), parts(peer_turn), c.get("text", ""), live_text, taking,
+        paused.as_dict() if paused is not None else None, phrase_cache=phrases, traces=traces)
     return res, (audio, end, loop_opts)
+
+
+def _paused_pass(stages, clips: list[dict], options: BenchOptions, log) -> dict:
+    """The live loop on the paused-speech set: latency from the final end, talk-over, finish lag, live WER."""
+    results, skipped = [], {}
+    for c in clips:
+        item = paused_clip(c["id"], read_audio(c["path"]), stages.vad, options.paused)
+        if item is None:
+            skipped[c["id"]] = f"no word boundary {options.paused.edge_ms} ms inside the speech to pause at"
+            continue
+        res, _ = _measure_clip(stages, None, c, options, item)
+        results.append(res)
+        log(res)
+    failed = [r for r in results if r.status == "failed"]
+    clip_dicts = [r.as_dict() for r in results]
+    return {
+        "options": {k: getattr(options.paused, k) for k in options.paused.__dataclass_fields__},
+        "turn_latency_ms": percentiles(r.turn_latency_ms for r in results),
+        "clips_measured": sum(r.turn_latency_ms is not None for r in results),
+        **turn_taking_summary(clip_dicts),
+        "failed": [r.id for r in failed],
+        "failures": {r.id: r.reason for r in failed},
+        "early": {r.id: r.reason for r in results if r.status == "early"},
+        "skipped": skipped,
+        "clips": clip_dicts,
+    }
 
 
 def bench(options: BenchOptions, log=lambda m: None) -> dict:
@@ -246,6 +326,15 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
     wall = time.perf_counter() - wall0
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+    phrases = {k: round(sum((r.phrase_cache or {}).get(k, 0) for r in results), 1)
+               for k in ("lookups", "hits", "audio_hits", "saved_ms")}
+    paused = _paused_pass(stages, clips, options, log) if options.paused is not None and options.live else None
+    memory = None
+    if options.memory:
+        from edge_rt.measure.memory import measure_memory
+
+        memory = measure_memory(pack.dir, [c["path"] for c in clips[: options.memory_clips]],
+                                precision=options.precision, threads=options.threads, target="pt").as_dict()
     speed = None
     if options.speed_repeats:
         from edge_rt.measure.perf_check import measure_speed
@@ -263,6 +352,7 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
         return {k: percentiles((row[k] for row in rows), qs=(50, 95)) for k in ("asr_ms", "mt_ms", "tts_ms")}
 
     failed = [r for r in results if r.status == "failed"]
+    clip_dicts = [r.as_dict() for r in results]
     return {
         "pack": options.pack,
         "precision": options.precision,
@@ -278,7 +368,11 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
         "peer_wait_ms": peer.wait_ms if peer else None,
         "speedup_vs_peer": _ratio(peer_pct["p50"], lat["p50"]),
         "stages_ms": {s: percentiles(r.stages_ms.get(s) for r in results) for s in STAGES},
-        "rss_mb_peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        # talk-over rate, finish lag P50/P95, live caption WER (turn_taking.py)
+        **turn_taking_summary(clip_dicts),
+        "rss_mb_peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # this process: loop + baselines
+        "loop_memory": memory,  # the loop alone, fresh process (measure/memory.py); None without --memory
+        "phrase_cache": phrases,  # repeated phrases served from the cache (loop/phrase_cache.py)
         "cold_start_s": round(cold, 3),
         "cpu_percent": round(100 * cpu / wall, 1) if wall else None,
         # the utterance holding the end of speech produced no speech: a failure, not left out quietly
@@ -289,7 +383,7 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
         "early": {r.id: r.reason for r in results if r.status == "early"},
         "speed": speed,
         "loop": {"partials": options.partials, "speculate_after_ms": options.speculate_after_ms,
-                 "early_commit": options.early_commit},
+                 "turn_policy": options.turn_policy},
         "slowdown": options.slowdown or None,
         "oracle": f"end of the last 32 ms frame with Silero p >= {ORACLE_THRESHOLD} over the whole clip",
         "serial": "the loop's engines one after the other on the whole utterance: the loop's hangover, one "
@@ -297,5 +391,6 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
         "peer": None if not peer else (
             f"faster-whisper int8 (vad_filter, greedy, language given) + the same MT + piper-tts / espeak-ng "
             f"first sentence, after faster-whisper's {peer.wait_ms:.0f} ms end-of-speech silence"),
-        "clips": [r.as_dict() for r in results],
+        "paused": paused,
+        "clips": clip_dicts,
     }

@@ -15,6 +15,9 @@ endpointing → ASR → MT → TTS). Scores:
   (ASR-BLEU/chrF against the reference where one exists, and the round-trip
   WER against the text we meant to say, everywhere);
 * INT8 vs FP32: the same for both precisions, and the deltas.
+
+``edge-rt eval --noise`` (the clips mixed with babble, pink, brown and music-like noise) is
+:mod:`edge_rt.measure.noise_eval`.
 """
 
 from __future__ import annotations

@@ -99,6 +99,17 @@ class PeerStack:
         for voice in self._piper.values():
             next(iter(voice.synthesize("Hello.")), None)
 
+    def segments(self, audio: np.ndarray, lang: str | None = None) -> list[tuple[float, float, str]]:
+        """faster-whisper on a whole recording, as a user would call it (``eval --noise``): its Silero
+        ``vad_filter``, greedy, no temperature fall-back, timestamps on (its default: they place each
+        segment, which tells invented text in noise-only stretches). ``lang`` None: it detects.
+
+        Returns (start s, end s, text) per segment, on the recording's own timeline.
+        """
+        segments, _ = self._whisper.transcribe(audio, language=lang, beam_size=1, temperature=0.0,
+                                               without_timestamps=False, vad_filter=True)
+        return [(float(s.start), float(s.end), s.text.strip()) for s in segments]
+
     def turn(self, audio: np.ndarray, end: int, lang: str, target: str) -> SerialTurn:
         """Whisper (vad_filter) over ``audio[:end]`` in ``lang``, then MT, then the first sentence of speech."""
         route = self._stages.route(lang, target)

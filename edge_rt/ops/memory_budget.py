@@ -128,16 +128,23 @@ def _rss_mb() -> float | None:
 
 
 def measure_host_rss(pack, threads: int = 1) -> tuple[float | None, float | None]:
-    """(process RSS before, RSS added) by loading every model of ``pack`` on ONNX Runtime (INT8 where built)."""
-    from edge_rt.backends.ort import OrtEngine, SessionOptions
+    """(process RSS before, RSS added) by loading, on the CPU engines, the models the CPU backend loads (INT8
+    where built): not the ``*_device`` twins TensorRT alone runs, and each Marian pair's tied embedding once."""
+    from edge_rt.backends.factory import OrtEngines
+    from edge_rt.backends.ort import release_freed_heap
+    from edge_rt.stages.mt.marian_io import TIED_EMBEDDING
 
+    release_freed_heap()  # every session load trims the heap: trim before too, or what others freed counts as ours
     before = _rss_mb()
     if before is None:
         return None, None
-    sessions = [OrtEngine(pack.model(stage, model, "int8"), SessionOptions(intra_op_threads=threads))
-                for stage, entry in pack.manifest.get("stages", {}).items() for model in entry.get("models", {})]
+    engines = OrtEngines(pack)
+    sessions = [engines.load(stage, model, precision="int8", threads=threads,
+                             shared=(TIED_EMBEDDING,) if stage == "mt" else ())
+                for stage, entry in pack.manifest.get("stages", {}).items() for model in entry.get("models", {})
+                if not model.endswith("_device")]
     after = _rss_mb()
-    del sessions
+    del sessions, engines
     return before, after - before
 
 

@@ -123,7 +123,7 @@ class Server:
         self.notifier.status(f"loading engines (pack {c.pack.name}, {c.pack.precision})")
         pack = BuiltPack.load(c.pack.name)
         stages = load_stages(pack, StageOptions(precision=c.pack.precision, threads=c.pack.threads,
-                                                backend=c.engine.backend))
+                                                backend=c.engine.backend, target=c.translate.to))
         self.log(f"backend: {stages.backend.name} ({stages.backend.reason})")
         options = LoopOptions(target=c.translate.to, source=c.translate.source,
                               endpoint=EndpointOptions(hangover_ms=c.loop.hangover_ms),

@@ -1,7 +1,7 @@
 """The small protocols the loop talks to: one per stage, whatever model or backend is behind it.
 
 The loop (:mod:`edge_rt.loop`) and the measurements depend on these, never on Whisper, Marian,
-Piper, ONNX Runtime or TensorRT. The implementations (``stages/vad.py``, ``stages/asr/``,
+Piper, ONNX Runtime or TensorRT. The implementations (``stages/vad.py``, ``stages/turn.py``, ``stages/asr/``,
 ``stages/mt/``, ``stages/tts/``) receive their engines from a
 :class:`~edge_rt.backends.factory.EngineFactory`; no stage constructs a backend.
 """
@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Callable, Iterator, Protocol, Sequence, runtim
 import numpy as np
 
 if TYPE_CHECKING:  # the result types live with their implementations
-    from edge_rt.stages.asr.whisper import AsrResult
+    from edge_rt.stages.asr.whisper import AsrResult, Prompt
     from edge_rt.stages.tts.voice import TtsAudio
 
-__all__ = ["Asr", "Translator", "Tts", "Vad"]
+__all__ = ["Asr", "Translator", "Tts", "Turn", "Vad"]
 
 
 @runtime_checkable
@@ -37,6 +37,15 @@ class Vad(Protocol):
 
 
 @runtime_checkable
+class Turn(Protocol):
+    """Whether the speaker has finished their turn, judged from the audio itself (end-of-turn model)."""
+
+    def probability(self, audio: np.ndarray) -> float:
+        """float32 [n] mono 16 kHz, the utterance so far -> P(turn complete) in [0, 1]."""
+        ...
+
+
+@runtime_checkable
 class Asr(Protocol):
     """Speech -> text (and X -> English translation where the model can)."""
 
@@ -46,9 +55,11 @@ class Asr(Protocol):
     @property
     def multilingual(self) -> bool: ...
 
-    def transcribe(self, audio: np.ndarray, *, language: str | None = None,
-                   task: str | Callable[[str], str] = "transcribe") -> "AsrResult":
-        """float32 [n] mono 16 kHz -> text, language and decoding statistics."""
+    def transcribe(self, audio: np.ndarray, *, language: str | Callable[[str, float], str] | None = None,
+                   task: str | Callable[[str], str] = "transcribe", prompt: "str | Prompt | None" = None) -> "AsrResult":
+        """float32 [n] mono 16 kHz -> text, language and decoding statistics. ``language``: a code, None
+        (detect) or a function of the detected (code, probability); ``prompt``: previous text to
+        condition on (optional: None is what a model without context support gets)."""
         ...
 
 
@@ -75,6 +86,7 @@ class Tts(Protocol):
 
     def synthesize(self, text: str, lang: str) -> "TtsAudio": ...
 
-    def clauses(self, text: str, lang: str) -> Iterator["TtsAudio"]:
-        """One chunk per sentence (the first clause alone where the options say so), lazily."""
+    def clauses(self, text: str, lang: str, *, rate: float = 1.0, skip: int = 0) -> Iterator["TtsAudio"]:
+        """One chunk per sentence (the first clause alone where the options say so), lazily;
+        ``rate`` > 1 speaks faster, ``skip`` leaves out (never synthesizes) the first chunks."""
         ...

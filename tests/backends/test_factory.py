@@ -142,3 +142,51 @@ def test_piper_stays_on_onnx_runtime_under_tensorrt_and_says_why(tmp_path, monke
     engines = TrtEngines(pack, ORIN)
     engines.load("tts", "en")
     assert loaded == [("tts", "en")] and "output allocator" in engines.on_cpu["tts/en"]
+
+
+def test_int8_loads_each_model_once_in_int8_and_no_fp32_twin(tiny_pack):
+    """Every stage on one CPU factory at INT8: each model's INT8 file where the pack has one (its FP32 file
+    only where it has none), no file twice, and each Marian pair's tied embedding held once."""
+    from edge_rt.stages.asr.whisper import Asr, AsrOptions
+    from edge_rt.stages.mt.marian_io import TIED_EMBEDDING
+    from edge_rt.stages.mt.translator import MtOptions, Translator
+    from edge_rt.stages.tts.voice import Tts, TtsOptions
+    from edge_rt.stages.vad import SileroVad, VadOptions
+
+    engines = OrtEngines(tiny_pack)
+    SileroVad.from_pack(tiny_pack, VadOptions(precision="int8"), engines=engines)
+    Asr.from_pack(tiny_pack, AsrOptions(precision="int8", threads=1), engines=engines)
+    mt = Translator.from_pack(tiny_pack, MtOptions(precision="int8"), engines=engines)
+    Tts.from_pack(tiny_pack, TtsOptions(precision="int8", threads=1), engines=engines)
+
+    loaded = engines.loaded
+    assert len(set(loaded.values())) == len(loaded)
+    for key, path in loaded.items():
+        stage, model = key.split("/", 1)
+        entry = tiny_pack.stage(stage)["models"][model]
+        want = entry.get("int8") or entry["fp32"]
+        assert path == tiny_pack.dir / want, f"{key} loaded {path}, not {want}"
+    mt_models = {f"mt/{p}/{m}" for p in mt.pairs for m in ("encoder", "decoder")}
+    assert {k for k in loaded if k.startswith("mt/")} == mt_models
+    assert "asr/decoder_device" not in loaded  # the TensorRT twin of the decoder is not loaded on the CPU
+
+    for pair in mt.pairs:
+        d = mt.direction(*pair.split("-"))
+        assert d._enc.shared_initializers == d._dec.shared_initializers == (TIED_EMBEDDING,)
+        assert d._enc._initializers[TIED_EMBEDDING][0] is d._dec._initializers[TIED_EMBEDDING][0]
+    assert engines.shared.nbytes == len(mt.pairs) * 32000 * 256 * 4
+
+
+def test_tuning_sets_session_options_per_stage_and_model(tmp_path):
+    """A "stage/model" entry wins over its stage's; the rest are SessionOptions' defaults."""
+    from edge_rt.backends.ort import SessionOptions
+
+    engines = OrtEngines(_pack(tmp_path, {}), tuning={"tts": {"graph_optimization": "basic", "prepack": False},
+                                                     "tts/en": {"prepack": True}, "asr/decoder": {"prepack": False}})
+    assert engines.session_options("tts", "en", 2) == SessionOptions(intra_op_threads=2, graph_optimization="basic")
+    assert engines.session_options("tts", "de", 1) == SessionOptions(intra_op_threads=1, graph_optimization="basic",
+                                                                     prepack=False)
+    assert engines.session_options("asr", "encoder", 2) == SessionOptions(intra_op_threads=2)
+    assert engines.session_options("asr", "decoder", 2) == SessionOptions(intra_op_threads=2, prepack=False)
+    with pytest.raises(TypeError):
+        OrtEngines(_pack(tmp_path, {}), tuning={"vad": {"no_such_knob": 1}}).session_options("vad", "silero", 1)

@@ -156,3 +156,74 @@ def test_data_dependent_output_cannot_be_carried_state(accumulator):
     ins, outs = _buffers()
     with pytest.raises(ValueError, match="to output 'state_out'"):
         accumulator.bind(ins, {"y": outs["y"], "state_out": None}, device_resident={"state": "state_out"})
+
+
+def _matmul_model(path, weight: np.ndarray) -> None:
+    """``y = x @ W`` with ``W`` stored in the file as raw data."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    k, n = weight.shape
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "mm",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])],
+                              [numpy_helper.from_array(weight, "W")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
+@pytest.fixture(scope="module")
+def matmuls(tmp_path_factory):
+    """Two files holding the same W byte for byte, a third with another W of the same shape and name."""
+    d = tmp_path_factory.mktemp("shared")
+    rng = np.random.default_rng(0)
+    w, other = (rng.standard_normal((64, 32)).astype(np.float32) for _ in range(2))
+    for name, weight in (("a", w), ("b", w), ("c", other)):
+        _matmul_model(d / f"{name}.onnx", weight)
+    return d, w, other
+
+
+def test_identical_initializers_are_held_once_and_others_apart(matmuls):
+    from edge_rt.backends.ort import SharedInitializers
+
+    d, w, other = matmuls
+    shared = SharedInitializers()
+    a, b, c = (shared.arrays(d / f"{n}.onnx", ("W",))["W"] for n in "abc")
+    assert a is b  # the second file's copy was compared and dropped
+    assert c is not a and not np.array_equal(c, a)
+    np.testing.assert_array_equal(a, w)
+    np.testing.assert_array_equal(c, other)
+    assert shared.nbytes == 2 * w.nbytes
+    assert shared.arrays(d / "a.onnx", ("absent",)) == {}
+
+
+def test_sessions_on_a_shared_initializer_compute_what_their_files_say(matmuls):
+    from edge_rt.backends.ort import SharedInitializers
+
+    d, w, other = matmuls
+    shared = SharedInitializers()
+    x = {"x": np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)}
+    for name, weight in (("a", w), ("b", w), ("c", other)):
+        path = d / f"{name}.onnx"
+        engine = OrtEngine(path, SessionOptions(intra_op_threads=1), initializers=shared.arrays(path, ("W",)))
+        assert engine.shared_initializers == ("W",)
+        np.testing.assert_allclose(engine.run(x)["y"], x["x"] @ weight, rtol=1e-5, atol=1e-5)
+        plain = OrtEngine(path, SessionOptions(intra_op_threads=1))
+        assert plain.shared_initializers == ()
+        np.testing.assert_array_equal(engine.run(x)["y"], plain.run(x)["y"])
+
+
+@pytest.mark.parametrize("options", [SessionOptions(intra_op_threads=1, prepack=False),
+                                     SessionOptions(intra_op_threads=1, memory_arena="off", mem_pattern=False)])
+def test_memory_knobs_do_not_change_results(matmuls, options):
+    d, w, _ = matmuls
+    x = {"x": np.ones((1, 64), np.float32)}
+    # Unpacked weights take another MLAS kernel: the same sums in another order (float rounding only).
+    np.testing.assert_allclose(OrtEngine(d / "a.onnx", options).run(x)["y"], x["x"] @ w, rtol=1e-5, atol=1e-5)
+
+
+def test_an_unknown_arena_setting_is_named(matmuls):
+    d, _, _ = matmuls
+    with pytest.raises(ValueError, match="memory_arena must be one of"):
+        OrtEngine(d / "a.onnx", SessionOptions(memory_arena="shared"))

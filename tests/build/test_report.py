@@ -43,3 +43,17 @@ def test_tensorrt_engines_and_fallbacks(tmp_path):
             in text)
     # A fallback's reason may hold a '|': escaped, so the row keeps its columns.
     assert "| mt/en-pt/decoder | onnxruntime | – | – | – | 0 | – | fp16 -> onnxruntime: parser: a\\|b |" in text
+
+
+def test_gate_words_and_intervals_are_in_the_report():
+    screen = {"metric": "WER", "fp32": 0.06, "int8": 0.065, "delta": 0.005, "limit": 0.01, "n": 42, "items": 42,
+              "words": 461, "ci95": [-0.004, 0.013], "rule": "screen", "passed": True}
+    full = {"metric": "WER", "fp32": 0.0612, "int8": 0.0655, "delta": 0.0043, "limit": 0.01, "n": 252, "items": 252,
+            "words": 2197, "ci95": [0.0011, 0.0078], "rule": "upper95", "passed": True, "screen": screen}
+    model = {**_MODEL, "gate": full, "attempts": [{**_MODEL["attempts"][0], "gate": full}]}
+    m = _manifest({"status": "skipped", "reason": "x"})
+    m["int8"]["stages"]["asr"]["models"]["decoder"] = model
+    text = render_report(m)
+    assert "## Accuracy gates (INT8 vs FP32 on the same items)" in text
+    assert "| asr/decoder | dynamic | screen | 42 | 461 | 0.06 | 0.065 | 0.005 | [-0.0040, +0.0130] | 0.01 | screen | passed the screen |" in text
+    assert "| asr/decoder | dynamic | upper95 | 252 | 2197 | 0.0612 | 0.0655 | 0.0043 | [+0.0011, +0.0078] | 0.01 | upper95 | passed |" in text

@@ -76,3 +76,35 @@ def test_flush_closes_an_open_utterance():
 def test_bad_options_are_named(kw):
     with pytest.raises(ValueError):
         EndpointOptions(**kw)
+
+
+def test_hold_keeps_a_pause_open_past_the_hangover_and_names_the_reason():
+    o = EndpointOptions(hangover_ms=160)  # 5 frames
+    ep = Endpointer(o)
+    events = run(ep, [0.02] * 5 + [0.9] * 20)
+    ep.push(25, 0.02)
+    ep.hold(20, "max_pause")
+    later = [(e.kind, e.reason) for i in range(26, 60) for e in ep.push(i, 0.02)]
+    assert later == [("end", "max_pause")]  # after 20 silent frames, not 5
+    assert events[0][0] == "start"
+
+
+def test_hold_lasts_one_pause_only():
+    ep = Endpointer(EndpointOptions(hangover_ms=160))
+    run(ep, [0.9] * 10)
+    ep.push(10, 0.02)
+    ep.hold(30, "max_pause")
+    assert [e for i in range(11, 20) for e in ep.push(i, 0.02)] == []  # held
+    ep.push(20, 0.9)  # speech resumes: the hold is gone
+    ev = [(e.kind, e.reason) for i in range(21, 30) for e in ep.push(i, 0.02)]
+    assert ev == [("end", "silence")]
+
+
+def test_a_shorter_hold_ends_before_the_hangover():
+    ep = Endpointer(EndpointOptions(hangover_ms=288))
+    run(ep, [0.9] * 10)
+    ep.push(10, 0.02)
+    ep.hold(2, "complete")
+    assert [(e.kind, e.sample, e.reason) for e in ep.push(11, 0.02)] == [("end", 10 * VAD_FRAME, "complete")]
+    with pytest.raises(ValueError):
+        ep.hold(0, "x")

@@ -9,13 +9,21 @@ from edge_rt.audio.files import read_audio
 from edge_rt.audio.sinks import TimelineSink
 from edge_rt.audio.sources import FastFileSource
 from edge_rt.loop.loop import Loop, LoopOptions
+from edge_rt.loop.phrase_cache import normalize
+from edge_rt.loop.stages import Stages
+from edge_rt.loop.turn_policy import TurnOptions
+from edge_rt.measure.paused import PauseOptions, paused_clip
 from edge_rt.pipeline import load_stages
 from edge_rt.loop.trace import EVENTS
+
+HANGOVER = LoopOptions(target="pt").endpoint.hangover_ms * 16000 // 1000  # samples
 
 
 @pytest.fixture(scope="module")
 def stages(tiny_pack):
-    return load_stages(tiny_pack)
+    s = load_stages(tiny_pack)
+    assert s.turn is not None  # the pack's end-of-turn model
+    return s
 
 
 def _run(stages, audio, **kw):
@@ -23,6 +31,22 @@ def _run(stages, audio, **kw):
     sink = TimelineSink(22050, now_s=lambda: source.ring.read_index / 16000)
     traces = Loop(stages, source, sink, LoopOptions(target="pt", **kw)).run()
     return traces, sink
+
+
+def _run_seeing_ends(stages, audio, **kw):
+    """The traces and, per end event, (end sample, capture samples read when it was declared, reason)."""
+    source = FastFileSource(audio)
+    sink = TimelineSink(22050, now_s=lambda: source.ring.read_index / 16000)
+    loop = Loop(stages, source, sink, LoopOptions(target="pt", **kw))
+    ends, on_event = [], loop._on_event
+
+    def spy(event):
+        if event.kind == "end":
+            ends.append((event.sample, source.ring.read_index, event.reason))
+        on_event(event)
+
+    loop._on_event = spy
+    return loop.run(), ends
 
 
 def test_every_spoken_utterance_has_the_full_trace(stages, speech_dir):
@@ -38,8 +62,8 @@ def test_every_spoken_utterance_has_the_full_trace(stages, speech_dir):
 
 def test_speculation_reuses_the_pause_work_without_changing_the_result(stages, speech_dir):
     audio = read_audio(speech_dir / "en_librispeech_1995-1837-0001.wav")
-    spec, _ = _run(stages, audio)
-    plain, _ = _run(stages, audio, speculate_after_ms=None)
+    spec, _ = _run(stages, audio, turn=None)  # the policy would use the speculative text: other end points
+    plain, _ = _run(stages, audio, speculate_after_ms=None, turn=None)
     assert any(t.speculative for t in spec), "no utterance ended at a pause that speculation had decoded"
     assert not any(t.speculative for t in plain)
     assert [t.text for t in spec] == [t.text for t in plain]
@@ -50,20 +74,20 @@ def test_speculation_synthesizes_the_first_clause_during_the_pause(stages, speec
     """At a pause that becomes the end, the first clause was synthesized before the hangover ran out,
     and what is spoken is the same as without speculation."""
     audio = read_audio(speech_dir / "en_librispeech_1995-1837-0001.wav")
-    plain, plain_sink = _run(stages, audio, speculate_after_ms=None)
+    plain, plain_sink = _run(stages, audio, speculate_after_ms=None, turn=None)
     synthesized: list[tuple[str, int]] = []  # (translation, capture position) of each first clause synthesized
     original = stages.tts.clauses
     source = FastFileSource(audio)
 
-    def spy(text, lang):
-        chunks = original(text, lang)
+    def spy(text, lang, **kw):
+        chunks = original(text, lang, **kw)
         first = next(chunks, None)
         synthesized.append((text, source.ring.read_index))
         return iter(() if first is None else [first, *chunks])
 
     monkeypatch.setattr(stages.tts, "clauses", spy)
     sink = TimelineSink(22050, now_s=lambda: source.ring.read_index / 16000)
-    options = LoopOptions(target="pt")
+    options = LoopOptions(target="pt", turn=None)
     spec = Loop(stages, source, sink, options).run()
     hangover = options.endpoint.hangover_ms * 16000 // 1000
     ahead = [t for t in spec if t.speculative]
@@ -77,14 +101,107 @@ def test_speculation_synthesizes_the_first_clause_during_the_pause(stages, speec
     assert voiced(sink.audio()) == pytest.approx(voiced(plain_sink.audio()), rel=0.01)
 
 
-def test_early_commit_ends_complete_sentences_before_the_hangover(stages, speech_dir):
-    traces, _ = _run(stages, read_audio(speech_dir / "en_librispeech_1995-1837-0001.wav"), early_commit=True)
-    assert "complete" in {t.end_reason for t in traces}
-    for t in traces:
-        if t.end_reason == "complete":
-            assert t.text.rstrip().endswith((".", "?", "!"))
+def test_a_complete_sentence_ends_well_before_the_hangover(stages, speech_dir):
+    traces, ends = _run_seeing_ends(stages, read_audio(speech_dir / "en_librispeech_1089-134691-0000.wav"))
+    assert [t.text for t in traces] == ["He could wait no longer."]
+    (end, declared, reason), = ends
+    assert reason == "complete" and traces[0].end_reason == "complete"
+    assert declared - end <= HANGOVER // 2, f"declared {(declared - end) / 16:.0f} ms after the speech"
+    assert traces[0].speculative  # the decode, translation and first clause done at the pause were used
+
+
+def test_a_hesitation_mid_sentence_does_not_end_the_utterance(stages, speech_dir):
+    """0.6 s of the clip's own room tone spliced between two words: with the plain hangover the sentence
+    is cut there; with the turn policy it is one utterance holding words from both sides."""
+    clip = paused_clip("en_librispeech_1089-134691-0001",
+                       read_audio(speech_dir / "en_librispeech_1089-134691-0001.wav"),
+                       stages.vad, PauseOptions(pause_ms=600))
+    (a, b), = clip.pauses
+
+    def cut_in_hesitation(ends):
+        return [e for e, _, _ in ends if a - 4000 <= e < b]
+
+    _, plain = _run_seeing_ends(stages, clip.audio, turn=None)
+    assert cut_in_hesitation(plain), "the plain hangover should end in the hesitation (else the test shows nothing)"
+    traces, ends = _run_seeing_ends(stages, clip.audio)
+    assert not cut_in_hesitation(ends), ends
+    across = [t for t in traces if t.start_sample < a and t.end_sample > b]
+    assert len(across) == 1, [(t.start_sample, t.end_sample, t.text) for t in traces]
+    words = across[0].text.lower()
+    assert "hour" in words and "waiting" in words, words  # "For a full hour he had paced up | and down, waiting"
+
+
+def test_without_a_turn_model_the_transcript_and_pauses_decide(stages, speech_dir):
+    """Hand-built stages without the end-of-turn model: the policy still holds and falls back, and
+    nothing ends as "complete" (punctuation alone is not trusted by default)."""
+    bare = Stages(stages.vad, stages.asr, stages.mt, stages.tts)
+    assert getattr(bare, "turn", None) is None
+    traces, ends = _run_seeing_ends(bare, read_audio(speech_dir / "en_jfk.wav"))
+    assert {r for _, _, r in ends} <= {"hangover", "max_pause", "flush"}, ends
+    assert any(t.translation for t in traces)
+    for end, declared, reason in ends:
+        if reason == "hangover":
+            assert declared - end >= HANGOVER - 512  # never sooner than the endpointer's own hangover
+
+
+def test_the_held_pause_cannot_be_shorter_than_the_hangover():
+    with pytest.raises(ValueError, match="max_pause_ms"):
+        LoopOptions(target="pt", turn=TurnOptions(max_pause_ms=200, complete_after_ms=64))
 
 
 def test_speculation_must_come_before_the_hangover():
     with pytest.raises(ValueError, match="shorter than the hangover"):
         LoopOptions(target="pt", speculate_after_ms=400)
+
+
+def _twice(audio: np.ndarray, gap_s: float = 1.5) -> np.ndarray:
+    return np.concatenate([audio, np.zeros(int(gap_s * 16000), np.float32), audio])
+
+
+def test_a_repeated_phrase_comes_from_the_phrase_cache(stages, speech_dir):
+    """The same sentence twice: the second is not translated or its first clause synthesized again,
+    and it says the same; with the cache off both are computed."""
+    audio = _twice(read_audio(speech_dir / "en_librispeech_1089-134686-0000.wav")[: 16000 * 4])
+    source = FastFileSource(audio)
+    sink = TimelineSink(22050, now_s=lambda: source.ring.read_index / 16000)
+    loop = Loop(stages, source, sink, LoopOptions(target="pt", turn=None, partials=False))
+    traces = [t for t in loop.run() if t.translation]
+    assert len(traces) >= 2 and normalize(traces[0].text) == normalize(traces[-1].text)  # punctuation may differ
+    assert traces[-1].translation == traces[0].translation
+    stats = loop.phrases.stats
+    assert stats.hits >= 1 and stats.audio_hits >= 1 and stats.saved_ms > 0, stats
+    source = FastFileSource(audio)
+    off = Loop(stages, source, TimelineSink(22050, now_s=lambda: source.ring.read_index / 16000),
+               LoopOptions(target="pt", turn=None, partials=False, phrase_cache=None))
+    assert off.phrases is None
+    computed = [t.translation for t in off.run() if t.translation]
+    assert len(computed) == len(traces) and computed[0] == traces[0].translation
+
+
+class _UnplayedSink(TimelineSink):
+    """Takes every sample and plays none of them: the backlog only grows (a listener far behind)."""
+
+    def write(self, samples):
+        n = super().write(samples)
+        self.unplayed = getattr(self, "unplayed", 0) + n
+        return n
+
+    def pending(self) -> int:
+        return getattr(self, "unplayed", 0)
+
+
+def test_speech_queued_behind_speech_is_spoken_faster(stages, speech_dir, monkeypatch):
+    audio = _twice(read_audio(speech_dir / "en_librispeech_1089-134686-0000.wav")[: 16000 * 4])
+    rates: list[float] = []
+    original = stages.tts.clauses
+
+    def spy(text, lang, **kw):
+        rates.append(kw.get("rate", 1.0))
+        return original(text, lang, **kw)
+
+    monkeypatch.setattr(stages.tts, "clauses", spy)
+    source = FastFileSource(audio)
+    loop = Loop(stages, source, _UnplayedSink(22050, now_s=lambda: source.ring.read_index / 16000), LoopOptions(target="pt", turn=None, partials=False,
+                                                                  phrase_cache=None))
+    loop.run()
+    assert rates[0] == 1.0 and max(rates) > 1.0 and max(rates) <= 1.25, rates

@@ -1,12 +1,14 @@
-"""The bench's pure parts: which utterance is the turn (and when a clip failed), the oracle end of speech."""
+"""The bench: which utterance is the turn (and when a clip failed), the oracle end of speech, turn-taking."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from edge_rt.audio.clock import CaptureClock
 from edge_rt.loop.trace import UtteranceTrace
-from edge_rt.measure.bench import live_turn, oracle_end
+from edge_rt.measure.bench import BenchOptions, PlayoutSink, bench, live_turn, oracle_end
+from edge_rt.measure.paused import PauseOptions
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME
 
 S = SAMPLE_RATE  # one second of samples
@@ -67,3 +69,39 @@ class _FakeVadProbs:
 def test_oracle_end_is_one_past_the_last_speech_frame():
     assert oracle_end(_FakeVadProbs([0.1, 0.9, 0.8, 0.2, 0.6, 0.1]), np.zeros(6 * 512, np.float32)) == 5 * 512
     assert oracle_end(_FakeVadProbs([0.1, 0.2]), np.zeros(1024, np.float32)) == 1024  # no speech: the clip end
+
+
+def test_the_playout_sink_notes_when_the_last_translated_sample_was_played():
+    sink = PlayoutSink(16_000, block=320)
+    assert sink.last_played_ns is None
+    sink.write(np.ones(100, np.float32))
+    out = np.empty(320, np.float32)
+    sink.consume(out, t_ns=1_000_000_000)  # 100 real samples, then underrun silence
+    assert sink.last_played_ns == 1_000_000_000 + 99 * 1_000_000_000 // 16_000
+    sink.consume(out, t_ns=2_000_000_000)  # nothing left: silence is not translated speech
+    assert sink.last_played_ns == 1_000_000_000 + 99 * 1_000_000_000 // 16_000
+    assert out[:100].tolist() == [0.0] * 100
+
+
+def test_bench_reports_turn_taking_on_real_clips_and_the_paused_set(tiny_pack):
+    """One short real clip through the live loop, plain and paused (tiny pack): the figures are there and sane."""
+    clip = "en_librispeech_1089-134686-0001"  # 3.3 s: "stuff it into you his belly counselled him"
+    r = bench(BenchOptions(pack="tiny", clips=(clip,), baseline=False, tail_s=2.0, paused=PauseOptions()))
+    c = r["clips"][0]
+    assert c["reference"] and c["live_text"], c
+    assert r["live_wer_en"] is not None and r["live_wer_en"] < 60, (r["live_wer"], c["live_text"])
+    tt = c["turn_taking"]
+    if c["status"] == "ok":  # a turn: the translation began after the end, so it also ended after it
+        assert not tt["talk_over"] and tt["finish_lag_ms"] >= c["turn_latency_ms"] > 0
+    assert r["talk_over_rate"] in (0.0, 1.0) and r["finish_lag_ms"]["p50"] == tt["finish_lag_ms"]
+    p = r["paused"]
+    assert p["skipped"] == {} and len(p["clips"]) == 1
+    pc = p["clips"][0]
+    (a, b), = pc["pauses"]["pauses_s"]
+    assert b - a == pytest.approx(0.6, abs=1e-3) and pc["pauses"]["final_end_s"] > b
+    assert pc["turn_taking"] is not None and p["live_wer"]["en"]["clips"] == 1
+    # talk-over at the pause is counted the same way on the summary as on the clip
+    assert p["talk_over_at_pause_rate"] == (1.0 if pc["turn_taking"]["at_pause"] else 0.0)
+    # every translation was looked up in the phrase cache (one clip, nothing repeats: no hit)
+    assert r["phrase_cache"]["lookups"] == c["phrase_cache"]["lookups"] >= 1 and r["phrase_cache"]["hits"] == 0
+    assert r["loop_memory"] is None  # only with --memory (a fresh process: tests/measure/test_memory.py)

@@ -228,7 +228,7 @@ def _try_recipes(job: ModelJob, tools: Tools, prepared: _Prepared, calibration: 
                 attempt["result"] = f"gate not run: {e}"
                 return None
         attempt["gate"] = g.as_dict()
-        attempt["result"] = "passed" if g.passed else "failed the gate"
+        attempt["result"] = "passed" if g.passed else ("failed the screen" if g.rule == "screen" else "failed the gate")
         if g.passed:
             return recipe, cand, attempt
     return None

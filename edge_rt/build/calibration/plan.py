@@ -4,6 +4,16 @@ A stage's models are matched by :attr:`ModelPlan.pattern`; the build tries a mod
 recipes in order until one is faster than FP32 *and* passes the stage's gate. Why each
 recipe is what it is: see :mod:`edge_rt.build.calibration.quantize` and the measurements
 in ``build_report.md``.
+
+How a recipe is judged (the same in every build, so two builds from the same inputs choose alike):
+
+* *faster*: the mean over probe inputs of the median paired FP32/INT8 time ratio is at least
+  ``Int8Options.min_speedup`` (:mod:`speed`);
+* *accurate*, for the WER gates (Whisper, Piper heard by Whisper): INT8 and FP32 decode the same
+  utterances; the 95 % paired-bootstrap interval (fixed seed) of the WER difference must lie below
+  the limit (its upper end <= limit: non-inferiority), on >= 2,000 reference words for Whisper;
+  a cheap screen on a subset drops only recipes whose interval lies wholly above the limit
+  (:mod:`stats`, :mod:`gate`). chrF (Marian) and F1 (Silero) compare point estimates.
 """
 
 from __future__ import annotations

@@ -1,8 +1,13 @@
 """FP32 vs INT8 latency of one model on this machine (ONNX Runtime CPU, same input, same threads).
 
-The two sessions run alternately and the *minimum* of each is reported next to the
-median: the build machine is shared (other processes, turbo), and the minimum is the
-figure least disturbed by them.
+The two sessions run alternately, one call each in turn. The speed-up that *decides* (the
+``speedup`` field) is the median over runs of the paired ratio ``fp32_i / int8_i`` of
+back-to-back calls: load from other processes (the build machine is shared; CI runs on 2
+cores) slows both calls of a pair alike and cancels in their ratio, and the median ignores a
+pair that a burst hit (the min/min ratio used before depended on each model's single luckiest
+call). The minimum and the median of each model are reported beside. The speed check stays a
+measurement: a candidate within a few per cent of ``Int8Options.min_speedup`` can still go
+either way; the INT8 step records every ratio so such a case is visible in ``build_report.md``.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ def measure(fp32: Path, int8: Path, feeds: Mapping[str, np.ndarray], threads: in
         if i >= 1 and time.perf_counter() - start > budget_s:
             break
     fp, q = min(ta) * 1e3, min(tb) * 1e3
+    paired = float(np.median(np.asarray(ta) / np.asarray(tb)))
     return {"input": _describe(feeds), "threads": threads, "runs": len(ta),
-            "fp32_ms": round(fp, 2), "int8_ms": round(q, 2), "speedup": round(fp / q, 2),
+            "fp32_ms": round(fp, 2), "int8_ms": round(q, 2), "speedup": round(paired, 2),
+            "min_ratio": round(fp / q, 2),
             "fp32_median_ms": round(float(np.median(ta)) * 1e3, 2), "int8_median_ms": round(float(np.median(tb)) * 1e3, 2)}

@@ -215,11 +215,19 @@ class Vocabulary:
     no_speech: int
     language_ids: Sequence[int]  # empty for English-only models
     languages: Sequence[str]  # codes, in the order of ``language_ids``; ("en",) for English-only
+    sot_prev: int = -1  # <|startofprev|>: starts the previous text a window is conditioned on (-1: none)
 
 
 class PromptFn(Protocol):
     def __call__(self, language: str) -> list[int]:
         """Start sequence for ``language``, ``<|startoftranscript|>`` first."""
+        ...
+
+
+class LanguageChooser(Protocol):
+    def __call__(self, detected: str, probability: float) -> str:
+        """The language to decode in, given the detected one and its probability (e.g. keep the
+        previous utterance's language unless the detection is sure)."""
         ...
 
 
@@ -239,28 +247,62 @@ class DecodingTask:
     filters: Sequence[LogitFilter]
     max_new_tokens: int
 
-    def _prompt(self, prompt_for: PromptFn, language: str | None) -> tuple[np.ndarray, float, str, float]:
-        """Feed the start sequence; returns (last logits, P(no speech), language, its probability).
+    def _prompt(self, prompt_for: PromptFn, language: "str | LanguageChooser | None", previous: Sequence[int],
+                previous_language: str | None) -> tuple[np.ndarray, float, str, float, int]:
+        """Feed the start sequence; returns (last logits, P(no speech), language, its detection
+        probability, the position of the first text token).
 
-        The ``<|startoftranscript|>`` step gives the no-speech probability and, when
-        ``language`` is None on a multilingual model, the language.
+        With ``previous`` text tokens the sequence is ``<|startofprev|> previous... <|startoftranscript|>
+        <|lang|> <|task|> <|notimestamps|>``, as faster-whisper's ``initial_prompt``; they are left out
+        when the window is decoded in another language than ``previous_language`` (None: any), as
+        text in another language makes Whisper copy it instead of transcribing. The
+        ``<|startoftranscript|>`` step gives the no-speech probability (after the previous text, as
+        Whisper does) and the language; the language is detected from ``<|startoftranscript|>`` alone
+        at position 0 (one extra step when there is previous text), as Whisper detects it.
         """
         vocab, step = self.vocab, self.inference.step
-        sot_logits = step(prompt_for(language or vocab.languages[0])[0], 0)
+        sot = prompt_for(language if isinstance(language, str) else vocab.languages[0])[0]
+        prefix = [vocab.sot_prev, *previous] if len(previous) else []
+        if prefix and vocab.sot_prev < 0:
+            raise ValueError("previous text needs the <|startofprev|> id in Vocabulary.sot_prev")
+        length = len(prefix) + len(prompt_for(vocab.languages[0]))
+        if length + self.max_new_tokens > MAX_TEXT_CTX:
+            raise ValueError(f"a prompt of {length} tokens leaves no room for {self.max_new_tokens} new tokens in the "
+                             f"decoder's {MAX_TEXT_CTX}-position cache; bound the previous text")
+        detect = not isinstance(language, str) and bool(vocab.language_ids)
+        detected, language_prob, sot_logits = vocab.languages[0], 1.0, None
+        if detect:
+            sot_logits = step(sot, 0)
+            detected, language_prob = detect_language(sot_logits, vocab)
+        if isinstance(language, str):
+            chosen = language
+        elif language is not None and vocab.language_ids:
+            chosen = language(detected, language_prob)
+        else:
+            chosen = detected
+        if previous_language is not None and chosen != previous_language:
+            prefix = []
+        if prefix or sot_logits is None:
+            for offset, token in enumerate(prefix):
+                step(token, offset)
+            sot_logits = step(sot, len(prefix))
         no_speech = float(softmax(sot_logits)[vocab.no_speech])
-        language_prob = 1.0
-        if language is None and vocab.language_ids:
-            language, language_prob = detect_language(sot_logits, vocab)
-        language = language or vocab.languages[0]
+        sequence = prompt_for(chosen)
         logits = sot_logits
-        for offset, token in enumerate(prompt_for(language)[1:], start=1):
+        for offset, token in enumerate(sequence[1:], start=len(prefix) + 1):
             logits = step(token, offset)
-        return logits, no_speech, language, language_prob
+        return logits, no_speech, chosen, language_prob, len(prefix) + len(sequence)
 
-    def run(self, prompt_for: PromptFn, language: str | None) -> WindowResult:
-        """Decode the window last passed to ``inference.encode``."""
-        logits, no_speech, language, language_prob = self._prompt(prompt_for, language)
-        start = len(prompt_for(language))
+    def run(self, prompt_for: PromptFn, language: "str | LanguageChooser | None",
+            previous: Sequence[int] = (), previous_language: str | None = None) -> WindowResult:
+        """Decode the window last passed to ``inference.encode``.
+
+        ``language``: a code, None (detect), or a :class:`LanguageChooser` of the detected language.
+        ``previous``: text tokens to condition on when the window is in ``previous_language`` (None:
+        always); the caller bounds them (see :class:`~edge_rt.stages.asr.whisper.AsrOptions`).
+        """
+        logits, no_speech, language, language_prob, start = self._prompt(prompt_for, language, previous,
+                                                                          previous_language)
         decoder, tokens = GreedyDecoder(self.vocab.eot), []
         for n in range(self.max_new_tokens):
             if n:

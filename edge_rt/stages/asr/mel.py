@@ -60,16 +60,20 @@ def _window() -> np.ndarray:
     return w
 
 
-def log_mel(audio: np.ndarray) -> np.ndarray:
+def log_mel(audio: np.ndarray, *, tail_pad: int = TAIL_PAD) -> np.ndarray:
     """Whisper log-mel spectrogram of a whole recording.
 
     Args:
         audio: float32 [n] mono samples at 16 kHz, nominally in [-1, 1].
+        tail_pad: zeros appended before the STFT. The default (160) is faster-whisper's; 0 gives
+            Hugging Face's ``WhisperFeatureExtractor`` framing (exactly ``n // 160`` frames, the
+            end reflect-padded), which Smart Turn (edge_rt/stages/turn.py) was trained on.
 
     Returns:
-        float32 [80, n // 160 + 1]; frame ``t`` covers samples ``t*160 +- 200``. The last
-        frame only sees the zero padding; :func:`content_frames` excludes it. Values are
-        normalised over the whole recording (``max - 8`` floor), as faster-whisper does.
+        float32 [80, (n + tail_pad) // 160]; frame ``t`` covers samples ``t*160 +- 200``. With the
+        default ``tail_pad`` the last frame only sees the zero padding; :func:`content_frames`
+        excludes it. Values are normalised over the whole recording (``max - 8`` floor), as
+        faster-whisper does.
     """
     audio = np.asarray(audio)
     if audio.ndim != 1 or audio.dtype.kind != "f":
@@ -77,7 +81,7 @@ def log_mel(audio: np.ndarray) -> np.ndarray:
             f"log_mel needs float mono audio of shape [n]; got {audio.dtype} {audio.shape} "
             f"(downmix and convert to float32 at {SAMPLE_RATE} Hz first)"
         )
-    x = np.pad(audio.astype(np.float32, copy=False), (0, TAIL_PAD))
+    x = np.pad(audio.astype(np.float32, copy=False), (0, tail_pad))
     x = np.pad(x, (N_FFT // 2, N_FFT // 2), mode="reflect")  # centred frames
     n_frames = 1 + (len(x) - N_FFT) // HOP_LENGTH
     frames = np.lib.stride_tricks.as_strided(x, (n_frames, N_FFT), (HOP_LENGTH * x.strides[0], x.strides[0]))

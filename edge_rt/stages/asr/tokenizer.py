@@ -102,6 +102,13 @@ class WhisperTokenizer:
         task_id = s.transcribe if task == "transcribe" else s.translate
         return [s.sot, self.language_ids[self.languages.index(language)], task_id, s.no_timestamps]
 
+    def previous_text(self, text: str, max_tokens: int) -> list[int]:
+        """The last ``max_tokens`` text tokens of ``text`` (a leading space added, as faster-whisper's
+        ``initial_prompt``), for the decoder to condition on after ``<|startofprev|>``."""
+        if max_tokens <= 0 or not text.strip():
+            return []
+        return self.encode(" " + text.strip())[-max_tokens:]
+
     def non_speech_tokens(self) -> list[int]:
         """First tokens of non-speech symbols; ``" -"`` and ``" '"`` too (allowed only inside words)."""
         result = {self.encode(" -")[0], self.encode(" '")[0]}

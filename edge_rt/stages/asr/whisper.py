@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import zlib
 from dataclasses import dataclass, field
-from typing import Callable, TYPE_CHECKING
+from typing import Callable, NamedTuple, TYPE_CHECKING
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from edge_rt.errors import AudioInputError, PackNotBuiltError, UnsupportedLangua
 from edge_rt.stages.asr import mel as melmod
 from edge_rt.stages.asr.decoding import (
     DecodingTask,
+    LanguageChooser,
     SuppressBlank,
     SuppressTokens,
     Vocabulary,
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from edge_rt.backends.factory import EngineFactory
     from edge_rt.pack import BuiltPack
 
-__all__ = ["Asr", "AsrOptions", "AsrResult"]
+__all__ = ["Asr", "AsrOptions", "AsrResult", "Prompt"]
 
 PROMPT_MAX = 4  # <|startoftranscript|> <|lang|> <|task|> <|notimestamps|>
 DEFAULT_MAX_NEW_TOKENS = MAX_TEXT_CTX // 2  # 224, as OpenAI Whisper and CTranslate2 cap one window
@@ -54,6 +55,11 @@ class AsrOptions:
     suppress_blank: bool = True  # no space / <|endoftext|> as the first token
     suppress_tokens: tuple[int, ...] = (-1,)  # ids never sampled; -1 = Whisper's non-speech symbols
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS  # text tokens per window
+    # Previous text a window may be conditioned on (``transcribe(prompt=...)``): its last this-many tokens,
+    # after <|startofprev|>. Each costs one decoder step (the one-step graph has no prefill), so it is
+    # bounded well under Whisper's own 223: 64 tokens are ~3 English sentences, and the cache keeps a
+    # fixed 448 positions whatever the prompt (1 + 64 + 4 + 224 = 293).
+    max_prompt_tokens: int = 64
 
     def __post_init__(self):
         if self.precision not in ("fp32", "int8"):
@@ -65,10 +71,23 @@ class AsrOptions:
                 f"AsrOptions.max_new_tokens must be in 1..{MAX_TEXT_CTX - PROMPT_MAX} (the decoder cache holds "
                 f"{MAX_TEXT_CTX} positions, {PROMPT_MAX} of them for the prompt), not {self.max_new_tokens}"
             )
+        room = MAX_TEXT_CTX - PROMPT_MAX - self.max_new_tokens - 1  # 1: <|startofprev|>
+        if self.max_prompt_tokens < 0 or (self.max_prompt_tokens and self.max_prompt_tokens > room):
+            raise ValueError(
+                f"AsrOptions.max_prompt_tokens must be in 0..{max(room, 0)} with max_new_tokens={self.max_new_tokens} "
+                f"(the decoder cache holds {MAX_TEXT_CTX} positions), not {self.max_prompt_tokens}"
+            )
         if self.silence_peak is not None and not 0 <= self.silence_peak < 1:
             raise ValueError(f"AsrOptions.silence_peak is an amplitude in [0, 1) or None, not {self.silence_peak}")
         if any(t < -1 for t in self.suppress_tokens):
             raise ValueError(f"AsrOptions.suppress_tokens holds token ids or -1, not {self.suppress_tokens}")
+
+
+class Prompt(NamedTuple):
+    """Previous text for :meth:`Asr.transcribe` to condition on, and the language it is in."""
+
+    text: str
+    language: str | None = None  # used only when the audio is decoded in this language (None: always)
 
 
 @dataclass(frozen=True)
@@ -106,7 +125,7 @@ class Asr:
         if options.bucket_s is not None and options.bucket_s not in self.buckets_s:
             raise ValueError(f"AsrOptions.bucket_s={options.bucket_s} is not a bucket of this pack: {self.buckets_s}")
         s = tokenizer.special
-        vocab = Vocabulary(s.eot, s.no_speech, tokenizer.language_ids, tokenizer.languages)
+        vocab = Vocabulary(s.eot, s.no_speech, tokenizer.language_ids, tokenizer.languages, s.sot_prev)
         filters = [SuppressTokens(np.asarray(tokenizer.suppress_tokens(options.suppress_tokens), np.int64))]
         if options.suppress_blank:
             filters.insert(0, SuppressBlank(np.asarray(tokenizer.blank_tokens(), np.int64)))
@@ -146,7 +165,9 @@ class Asr:
     def multilingual(self) -> bool:
         return self.tokenizer.multilingual
 
-    def _check_request(self, language: str | None, task) -> None:
+    def _check_request(self, language, task) -> None:
+        if callable(language):
+            language = None  # checked when it chooses (see _checked)
         if callable(task):
             task = "translate" if self.multilingual else "transcribe"  # the strictest a chooser can ask
         if task not in TASKS:
@@ -168,18 +189,25 @@ class Asr:
             return self.options.bucket_s
         return next((b for b in self.buckets_s if bucket_frames(b) >= frames), self.buckets_s[-1])
 
-    def transcribe(self, audio: np.ndarray, *, language: str | None = None,
-                   task: str | Callable[[str], str] = "transcribe") -> AsrResult:
+    def transcribe(self, audio: np.ndarray, *, language: str | LanguageChooser | None = None,
+                   task: str | Callable[[str], str] = "transcribe", prompt: str | Prompt | None = None) -> AsrResult:
         """Recognise one utterance.
 
         Args:
             audio: float32 [n] mono at 16 kHz. Longer than one window (30 s): decoded in
                 consecutive windows and the texts joined.
             language: spoken language code (see :attr:`languages`); None = detect from the
-                first window (multilingual models) or "en".
+                first window (multilingual models) or "en"; or a function of the detected
+                (language, probability) that returns the code to decode in (the loop keeps the
+                previous utterance's language unless the detection is sure).
             task: "transcribe", or "translate" for Whisper's X->English translation, or a
                 function of the (detected) language that returns one of the two: one decode
                 then detects the language and does the right task (the loop's single pass).
+            prompt: previous text to condition on (Whisper's ``<|startofprev|>``, faster-whisper's
+                ``initial_prompt``): its last ``options.max_prompt_tokens`` tokens; a :class:`Prompt`
+                with a language is used only when the audio is decoded in that language (Whisper
+                copies text of another language instead of transcribing). Later 30-s windows are
+                conditioned on the window before them instead. None or "": none.
 
         Returns:
             The joined text of every window not judged silent, with decoding statistics.
@@ -190,6 +218,12 @@ class Asr:
         """
         self._check_request(language, task)
         audio = _check_audio(audio)
+        if callable(language):
+            language = self._checked(language)
+        if not isinstance(prompt, Prompt):
+            prompt = Prompt(prompt or "")
+        previous = self.tokenizer.previous_text(prompt.text, self.options.max_prompt_tokens)
+        previous_language = prompt.language
         mel = melmod.log_mel(audio)
         total = melmod.content_frames(mel)
         windows = []
@@ -197,17 +231,32 @@ class Asr:
             frames = min(self._stride, total - start)
             bucket = self._bucket_for(frames)
             if self._digital_silence(audio[start * HOP_LENGTH : (start + frames) * HOP_LENGTH]):
-                lang = language or self.languages[0]
+                lang = language if isinstance(language, str) else self.languages[0]
                 windows.append(_Window(WindowResult((), 0.0, 1.0, lang, 0.0), bucket, "", silent=True, gated=True))
                 continue
             frames_b = bucket_frames(bucket)
             self._inference.encode(melmod.window(mel, start, frames_b, out=self._inference.mel_buffer(frames_b)))
             r = self._task.run(lambda lang: self.tokenizer.prompt(lang, _resolve(task, lang, self.multilingual)),
-                               language)
-            language = language or r.language  # later windows keep the first window's language
+                               language, previous, previous_language)
+            if not isinstance(language, str):
+                language = r.language  # later windows keep the first window's language
+            if previous:  # a later window follows this one's text, as Whisper's condition_on_previous_text
+                previous, previous_language = list(r.tokens[-self.options.max_prompt_tokens:]), r.language
             text = self.tokenizer.decode(r.tokens).strip()
             windows.append(_Window(r, bucket, text, silent=self._is_silent(r, text)))
         return self._combine(windows)
+
+    def _checked(self, choose: LanguageChooser) -> LanguageChooser:
+        """``choose`` raising, with the valid codes, when it returns a language the model lacks."""
+
+        def checked(detected: str, probability: float) -> str:
+            chosen = choose(detected, probability)
+            if chosen not in self.languages:
+                raise UnsupportedLanguageError(f"the language chooser returned {chosen!r}; valid codes: "
+                                               f"{', '.join(self.languages)}")
+            return chosen
+
+        return checked
 
     def _digital_silence(self, samples: np.ndarray) -> bool:
         peak = self.options.silence_peak

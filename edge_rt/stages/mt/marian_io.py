@@ -56,6 +56,10 @@ VOCAB_LEN_DIM = "vocab_len"
 # ~1.4x at 1024; a shortlist never allows more than first + (best + 1) x S ids (13106 at S = 256).
 VOCAB_BUCKETS = (512, 768, 1024, 1536, 2048, 3072, 4096, 8192, 16384)
 
+# The tied embedding matrix [V, D] float32 (31 MB): both graphs of a pair store it under this name, byte for
+# byte, so the runtime hands one copy to both sessions (EngineFactory.load(shared=...)).
+TIED_EMBEDDING = "Wemb"
+
 ENC_INPUTS = ("src_ids", "src_mask")
 ENC_OUTPUTS = ("cross_k", "cross_v")
 DEC_INPUTS = ("prev_token", "position", "cross_k", "cross_v", "src_mask", "state", "vocab_ids")

@@ -296,8 +296,8 @@ class Espeak:
         """One IPA string per sentence, exactly what piper feeds its phoneme-id map (code point by code point)."""
         return [s.phonemes for s in self.sentences(text, voice)]
 
-    def synthesize(self, text: str, voice: str) -> tuple[np.ndarray, int]:
-        """espeak-ng's own formant speech.
+    def synthesize(self, text: str, voice: str, rate: float = 1.0) -> tuple[np.ndarray, int]:
+        """espeak-ng's own formant speech, ``rate`` x the configured words per minute (capped at 450).
 
         Returns:
             (float32 mono samples in [-1, 1], shape [n]; sample rate in Hz). Empty text gives 0 samples.
@@ -308,7 +308,7 @@ class Espeak:
         buf = ctypes.create_string_buffer(raw)
         with _LOCK:
             self._set_voice(voice)
-            self._lib.espeak_SetParameter(espeakRATE, self.rate_wpm, 0)
+            self._lib.espeak_SetParameter(espeakRATE, min(450, round(self.rate_wpm * rate)), 0)
             self._lib.espeak_SetSynthCallback(self._callback)
             self._samples = chunks = []  # filled by _on_audio while espeak_Synth runs
             try:

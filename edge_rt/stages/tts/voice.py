@@ -53,6 +53,7 @@ class TtsOptions:
     normalize: bool = True  # scale each sentence to peak 1.0, as piper-tts does by default
     bucketed: bool = True  # pad phoneme ids to the pack's fixed lengths (static input shapes)
     espeak_rate_wpm: int = 175  # speaking rate of the formant voice, words per minute
+    voices: tuple[str, ...] | None = None  # load only these languages' Piper voices; None: all the pack has
     # clauses(): the first clause of the first sentence is its own chunk (audio starts after one
     # clause, not one sentence); synthesize() and every later sentence are unaffected.
     stream_first_clause: bool = True
@@ -110,6 +111,7 @@ class PiperVoice:
         self._ids = {n: np.zeros((1, n), dtype=np.int64) for n in self._buckets}
         self._lengths = np.zeros(1, dtype=np.int64)
         self._scales = np.asarray(scales, dtype=np.float32)
+        self._length_scale = float(scales[1])  # the voice's pace; a faster rate divides it in place
         self._cluster_free = not config.vowel_clusters
         self._steps = {n: self._bind(ids) for n, ids in self._ids.items()}
 
@@ -135,8 +137,12 @@ class PiperVoice:
         phones = list(phonemes) if self._cluster_free else split_phonemes(phonemes, self.config.vowel_clusters)
         return phonemes_to_ids(phones, self.config.phoneme_id_map)
 
-    def __call__(self, ids: list[int]) -> np.ndarray:
-        """Raw waveform for one sentence's ids: float32 [samples] at ``config.sample_rate``."""
+    def __call__(self, ids: list[int], rate: float = 1.0) -> np.ndarray:
+        """Raw waveform for one sentence's ids: float32 [samples] at ``config.sample_rate``.
+
+        ``rate`` > 1 speaks faster (phoneme durations / rate; the bound ``scales`` input is
+        rewritten in place, so no rebinding).
+        """
         n = len(ids)
         size = self.bucket(n)
         buf, step = self._ids.get(size), self._steps.get(size)
@@ -146,6 +152,7 @@ class PiperVoice:
         buf[0, :n] = ids
         buf[0, n:] = 0
         self._lengths[0] = n
+        self._scales[1] = self._length_scale / rate
         step.run()
         return step.output("output").reshape(-1)
 
@@ -168,6 +175,8 @@ class Tts:
         buckets = tuple(entry.get("phoneme_buckets", DEFAULT_PHONEME_BUCKETS)) if options.bucketed else ()
         voices = {}
         for lang in entry.get("voices", {}):
+            if options.voices is not None and lang not in options.voices:
+                continue
             config_path = pack.asset("tts", f"{lang}_config")
             try:
                 config = PiperVoiceConfig.from_dict(json.loads(config_path.read_text(encoding="utf-8")))
@@ -209,19 +218,27 @@ class Tts:
         samples = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
         return TtsAudio(samples, self.sample_rate(key), self.engine(key), text)
 
-    def clauses(self, text: str, lang: str) -> Iterator[TtsAudio]:
+    def clauses(self, text: str, lang: str, *, rate: float = 1.0, skip: int = 0) -> Iterator[TtsAudio]:
         """One chunk per sentence, each synthesized only when asked for (stream the first one early).
 
         With ``TtsOptions.stream_first_clause`` the first clause of a longer first sentence
         comes alone, so audio can start before the whole first sentence is synthesized.
-        """
-        return self._chunks(text, self._key(lang), self.options.stream_first_clause)
 
-    def _chunks(self, text: str, key: str, first_clause_alone: bool) -> Iterator[TtsAudio]:
+        Args:
+            rate: speaking rate, 1.0 = the voice's own pace, 1.25 = a quarter faster
+                (Piper's length scale / rate; espeak-ng's words per minute x rate).
+            skip: chunks left out at the start, never synthesized (the caller has their audio already).
+        """
+        if not 0.5 <= rate <= 2.0:
+            raise ValueError(f"speaking rate must be within 0.5..2.0 (1.0 = the voice's pace), not {rate}")
+        return self._chunks(text, self._key(lang), self.options.stream_first_clause, rate, skip)
+
+    def _chunks(self, text: str, key: str, first_clause_alone: bool, rate: float = 1.0,
+                skip: int = 0) -> Iterator[TtsAudio]:
         voice = self._espeak_voice(key)
         sentences = self._espeak.sentences(text, voice, first_clause_alone=first_clause_alone) if text.strip() else []
-        for sentence in sentences:
-            yield self._speak(sentence, key)
+        for sentence in sentences[skip:]:
+            yield self._speak(sentence, key, rate)
 
     # -- internals ---------------------------------------------------------------------------------
 
@@ -236,13 +253,13 @@ class Tts:
     def _espeak_voice(self, key: str) -> str:
         return self._voices[key].config.espeak_voice if key in self._voices else self._formant[key]
 
-    def _speak(self, sentence: EspeakSentence, key: str) -> TtsAudio:
+    def _speak(self, sentence: EspeakSentence, key: str, rate: float = 1.0) -> TtsAudio:
         if key in self._voices:
             voice = self._voices[key]
-            audio = voice(voice.ids(sentence.phonemes))
+            audio = voice(voice.ids(sentence.phonemes), rate)
             return TtsAudio(self._finish(audio), voice.config.sample_rate, PIPER, sentence.text)
-        audio, rate = self._espeak.synthesize(sentence.text, self._formant[key])
-        return TtsAudio(self._finish(audio), rate, ESPEAK, sentence.text)
+        audio, sample_rate = self._espeak.synthesize(sentence.text, self._formant[key], rate)
+        return TtsAudio(self._finish(audio), sample_rate, ESPEAK, sentence.text)
 
     def _finish(self, audio: np.ndarray) -> np.ndarray:
         """Peak-normalise (piper-tts's default) and clip to [-1, 1]."""

@@ -70,3 +70,19 @@ def test_whisper_encoder_int8_is_gated_and_faster(default_pack):
     assert m["precision"] == "int8" and m["recipe"]["mode"] == "static"
     assert m["gate"]["metric"] == "WER" and m["gate"]["delta"] <= 0.010
     assert max(s["speedup"] for s in m["speed"]) > 1.5
+
+
+@pytest.mark.parametrize("pack_name", ["tiny", "default"])
+def test_whisper_gates_count_enough_words_and_report_intervals(pack_name, request):
+    """Issue 11: a gate that decides on ~215 words flips with one word; >= 2,000 words with an interval."""
+    pack = request.getfixturevalue(f"{pack_name}_pack")
+    for model, m in pack.manifest["int8"]["stages"]["asr"]["models"].items():
+        for a in m.get("attempts", []):
+            g = a.get("gate")
+            if not g or g.get("rule") == "screen":
+                continue
+            assert g["rule"] == "upper95" and g["words"] >= 2000, f"asr/{model} {a['recipe']}: {g}"
+            assert g["ci95"][0] <= g["delta"] <= g["ci95"][1]
+            assert g["passed"] == (g["ci95"][1] <= g["limit"] + 1e-12)
+    report = (pack.dir / "build_report.md").read_text()
+    assert "## Accuracy gates" in report and "| upper95 |" in report

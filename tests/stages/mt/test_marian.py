@@ -127,3 +127,30 @@ def test_decoding_steps_allocate_nothing_that_stays(direction):
     grown = [d for d in last.compare_to(first, "lineno") if d.size_diff > 0 and "/edge_rt/" in d.traceback[0].filename]
     # 20 sentences of ~15 steps: anything kept per step would show as >= 300 blocks.
     assert sum(d.size_diff for d in grown) < 4096, "\n".join(str(d) for d in grown[:10])
+
+
+@pytest.mark.parametrize("pair,precision", [("en-pt", "int8"), ("pt-en", "int8"), ("en-pt", "fp32")])
+def test_one_shared_embedding_translates_token_for_token_as_before(tiny_pack, pair, precision):
+    """The pair's encoder and decoder read one tied-embedding array (held once): the greedy ids on the
+    calibration sentences are exactly those of sessions that each load the embedding from their own file."""
+    from pathlib import Path
+
+    from edge_rt.backends.factory import OrtEngines
+    from edge_rt.stages.mt.translator import MtOptions, Translator
+
+    src = pair.split("-")[0]
+    sentences = [s for s in (Path(__file__).resolve().parents[3] / "calibration" / f"sentences_{src}.txt")
+                 .read_text().splitlines() if s.strip()][:25]
+    so = SessionOptions(intra_op_threads=1)
+    entry = tiny_pack.stage("mt")
+    own = MarianDirection(OrtEngine(tiny_pack.model("mt", f"{pair}/encoder", precision), so),
+                          OrtEngine(tiny_pack.model("mt", f"{pair}/decoder", precision), so),
+                          tiny_pack.asset("mt", f"{pair}/vocab"), tuple(entry["src_buckets"]),
+                          float(entry["max_length_factor"]),
+                          LexicalShortlist.load(tiny_pack.asset("mt", f"{pair}/shortlist")))
+    shared = Translator.from_pack(tiny_pack, MtOptions(precision=precision, pairs=(pair,)),
+                                  engines=OrtEngines(tiny_pack)).direction(*pair.split("-"))
+    assert shared._enc.shared_initializers == (io.TIED_EMBEDDING,) and own._enc.shared_initializers == ()
+    for s in sentences:
+        ids = own.encode(s)
+        assert shared.greedy(ids) == own.greedy(ids), s

@@ -155,3 +155,18 @@ def test_decoder_scores_only_the_requested_ids(default_pack):
     assert full["logits"].shape == (1, 32000) and full["state_out"].shape == (2, 1, 256)
     np.testing.assert_allclose(some["logits"][0], full["logits"][0, [7, 3, 31999, 0]], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(some["state_out"], full["state_out"])
+
+
+def test_pairs_into_a_target_are_those_the_routes_to_it_use(default_pack):
+    from edge_rt.route import plan_route
+    from edge_rt.stages.mt.translator import pairs_into
+
+    assert pairs_into(default_pack, "pt") == ("en-pt",)
+    assert pairs_into(default_pack, "en") == ("pt-en",)
+    assert pairs_into(default_pack, "de") == ()
+    # Every route into pt (any source Whisper knows) needs no pair but those.
+    pairs = {tuple(p.split("-")) for p in pairs_into(default_pack, "pt")}
+    for source in ("en", "pt", "de", "fr", "zh"):
+        route = plan_route(source, "pt", asr_languages=("en", "pt", "de", "fr", "zh"), mt_pairs=pairs,
+                           tts_languages=("en", "pt"), asr_can_translate=True)
+        assert route.mt_pair is None or route.mt_pair in pairs

@@ -242,3 +242,37 @@ def test_voice_runs_bound_steps_per_bucket_with_the_waveform_data_dependent(defa
             ids = voice.ids(phonemes)
             np.testing.assert_array_equal(voice(ids), reference(ids))
     assert len(engine.bound) == len(buckets)  # nothing bound per sentence
+
+
+def test_faster_rate_is_piper_tts_with_a_shorter_length_scale(tts, reference):
+    """rate=1.25 is piper-tts with length_scale 1/1.25: same samples, shorter; the voice's pace
+    comes back for the next call (the bound scales are rewritten in place)."""
+    from piper import SynthesisConfig
+
+    text = SENTENCES[0]
+    fast = next(tts.clauses(text, "en", rate=1.25))
+    config = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0, length_scale=1.0 / 1.25)
+    first_text = fast.text
+    ref = np.concatenate([c.audio_float_array for c in reference.synthesize(first_text, config)])
+    assert fast.samples.shape == ref.shape
+    assert np.abs(fast.samples - ref).max() < 1e-4
+    normal = next(tts.clauses(text, "en"))
+    # measured 0.90 on this clause: each phoneme's duration is rounded up to whole frames
+    assert 0.78 < len(fast.samples) / len(normal.samples) < 0.93
+    assert np.array_equal(normal.samples, next(tts.clauses(text, "en")).samples)
+
+
+def test_faster_formant_rate_is_shorter(tts):
+    normal = tts.synthesize("Eu gostaria de um café com leite, por favor.", "pt")
+    fast = next(tts.clauses("Eu gostaria de um café com leite, por favor.", "pt", rate=1.25))
+    first = next(tts.clauses("Eu gostaria de um café com leite, por favor.", "pt"))
+    assert len(fast.samples) < 0.9 * len(first.samples)
+    assert normal.duration_s > 0
+
+
+def test_skip_leaves_out_the_first_chunks_without_synthesizing_them(tts):
+    text = "The quick brown fox jumps over the lazy dog. Is it 42? Yes!"
+    every = [c.text for c in tts.clauses(text, "en")]
+    assert [c.text for c in tts.clauses(text, "en", skip=1)] == every[1:]
+    with pytest.raises(ValueError, match="rate"):
+        tts.clauses(text, "en", rate=3.0)

@@ -1,0 +1,216 @@
+"""The capture front end: WebRTC echo cancellation (and optional noise suppression) on the worker side.
+
+It runs on the loop's worker, on each 32 ms hop before the VAD, never in an audio callback. The echo
+canceller's far-end reference is what the sink really played (its :class:`~edge_rt.audio.sinks.PlaybackTap`),
+taken at the times the capture hop was heard: both rings carry sample clocks on the same monotonic
+time, so capture index -> time -> played index (see :class:`FarEnd`).
+
+WebRTC processes 10 ms frames (160 samples) and a hop is 512 samples, which is not a multiple: the
+front end keeps the remainder (< 160 samples) for the next hop and hands out processed audio with a fixed
+delay of :data:`DELAY` samples (10 ms), so every hop gets exactly as many processed samples as it brought.
+The loop keeps the hop's sample indices: the cleaned audio is 10 ms later than its index says, 18 ms with
+echo cancellation on (AEC3 itself delays the capture by :data:`AEC3_LAG`: measured, tests/audio), inside
+the VAD's 32 ms frame; the VAD, the endpointer and the ASR slices all read the same cleaned history, so
+only the end-to-end latency measured from the end of speech grows by those 10-18 ms.
+
+Echo gate: where AEC3 leaves a residual of our own speech, the endpointer must not open on it. While the
+tap shows our speech (or did within ``echo_gate_hold_ms``), a hop whose cleaned energy is below the far
+end's by more than ``echo_gate_db`` is echo, not a talker (:attr:`FrontEnd.echo`); the loop reads it
+as silence until an utterance has opened. All buffers are
+allocated at start; the only allocation per hop is the array pywebrtc-audio returns (and soxr's, when the
+sink runs at another rate than 16 kHz).
+
+Optional dependency: ``pip install pywebrtc-audio==0.2.0`` (Apache-2.0; a dependency of edge-rt).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from edge_rt.audio.clock import CaptureClock
+from edge_rt.errors import EdgeRtError
+from edge_rt.units import SAMPLE_RATE, VAD_FRAME, VAD_FRAME_MS, exact_div
+
+__all__ = ["AEC3_LAG", "DELAY", "FRAME", "FarEnd", "FrontEnd", "FrontEndOptions"]
+
+FRAME = exact_div(SAMPLE_RATE, 100)  # 160 samples: WebRTC's 10 ms frame
+# Processed audio lags the hop by one frame: a hop of any length leaves < 160 samples unprocessed, so
+# every hop can be answered in full (512-sample hops alone would need 128: 512 k mod 160 <= 128).
+DELAY = FRAME
+# AEC3 hands back the capture this much later again (its 64-sample block framing; measured with a silent
+# far end on en_jfk: the output correlates 0.98 with the input at DELAY + 128 samples, tests/audio).
+AEC3_LAG = 128
+FAR_HISTORY = 1 << 17  # 8.2 s of played audio at 16 kHz, as long as the sink's tap keeps
+# The reference is read on as one continuous stream and re-aligned to the clocks only when they disagree by
+# more than this: callback times jitter by milliseconds and soxr's delay by a sample, and each jump in the
+# reference costs AEC3 cancellation (a 48 kHz sink aligned per hop lost ~15 dB of its 33 dB on en_jfk).
+RESYNC = 20 * SAMPLE_RATE // 1000  # 320 samples (20 ms)
+
+
+@dataclass(frozen=True)
+class FrontEndOptions:
+    # AEC3 with the sink's played samples as reference. On a digital 6 dB / 40 ms loop-back of en_jfk
+    # it removes 34 dB of echo after ~2 s of convergence (9 dB in the first 2 s); with nothing playing
+    # it passes speech through, so it costs only compute on a headset.
+    echo_cancellation: bool = True
+    # WebRTC's noise suppressor. Off: its effect on Whisper's WER in noise is not measured yet (issue 11),
+    # and spectral suppression is known to remove cues Whisper uses; turn on only with numbers.
+    noise_suppression: bool = False
+    ns_level: int = 1  # 0..3 = 6, 12, 18, 21 dB of suppression, when noise_suppression is on
+    # WebRTC's 80 Hz high-pass (AEC turns it on anyway): removes rumble and DC Whisper does not need.
+    high_pass_filter: bool = True
+    # Delay hint for AEC3 (ms): a loudspeaker next to the microphone through a sound card; AEC3 finds the
+    # real delay itself (its estimator covers several hundred ms), the hint only speeds up convergence.
+    stream_delay_ms: int = 40
+    # Echo gate (None: off). Offline (G2c's sim: Piper pt speech of en_jfk played, heard 6 dB down and
+    # 40 ms + 40 ms late, tiny pack's VAD), AEC3 leaves every echo-only hop at least 42.5 dB under the far
+    # end (99th percentile 46 dB); a talker as loud as the echo comes through at 0 to -30 dB in most hops
+    # of double talk once AEC3 lets it through (-70 dB while its suppressor holds it). -38 dB: 4.5 dB
+    # over the worst echo-only hop; below it the endpointer may not open. Tuned on the simulated mix,
+    # not on the live test's clips.
+    echo_gate_db: float | None = -38.0
+    # The gate stays armed this long after the tap last showed our speech: AEC3's residual lingers for
+    # the room's (here: the loop-back's) tail, and a 0.37 s self-utterance opened right after our last
+    # clause in G2b's last run of tests/loop/test_loudspeaker_jack.py.
+    echo_gate_hold_ms: int = 512
+
+    def __post_init__(self):
+        if not 0 <= self.ns_level <= 3:
+            raise ValueError(f"ns_level must be 0..3 (6, 12, 18, 21 dB), got {self.ns_level}")
+        if not 0 <= self.stream_delay_ms <= 500:
+            raise ValueError(f"stream_delay_ms must be 0..500, got {self.stream_delay_ms}")
+        if self.echo_gate_db is not None and not -80.0 <= self.echo_gate_db <= 0.0:
+            raise ValueError(f"echo_gate_db must be -80..0 dB (under the far end) or None, got {self.echo_gate_db}")
+        if not VAD_FRAME_MS <= self.echo_gate_hold_ms <= 5000:
+            raise ValueError(f"echo_gate_hold_ms must be {VAD_FRAME_MS}..5000, got {self.echo_gate_hold_ms}")
+
+
+def _processor(options: FrontEndOptions):
+    try:
+        from pywebrtc_audio import AudioProcessor
+    except ImportError as e:
+        raise EdgeRtError(f"the audio front end (echo cancellation) needs pywebrtc-audio ({e}); "
+                          f"`pip install pywebrtc-audio==0.2.0`, or run without it (no --loudspeaker)") from e
+    return AudioProcessor(sample_rate=SAMPLE_RATE, num_channels=1, echo_cancellation=options.echo_cancellation,
+                          noise_suppression=options.noise_suppression, high_pass_filter=options.high_pass_filter,
+                          auto_gain_control=False, ns_level=options.ns_level,
+                          stream_delay_ms=options.stream_delay_ms)
+
+
+class FarEnd:
+    """What the sink played, at 16 kHz, addressable by the monotonic time it was heard.
+
+    ``tap`` is the sink's :class:`~edge_rt.audio.sinks.PlaybackTap` (ring + clock at the sink's rate).
+    :meth:`read` must be called from the worker only (it resamples what the callback recorded).
+    """
+
+    def __init__(self, tap, capacity: int = FAR_HISTORY):
+        from edge_rt.audio.devices.base import ResamplingRing
+
+        self.clock = CaptureClock()  # 16 kHz played index <-> time heard
+        self._ring = ResamplingRing(tap.ring, tap.clock, self.clock, capacity=1 << 16)
+        self._buf = np.zeros(capacity, np.float32)  # played sample i lives at i mod capacity
+        self._mask = capacity - 1
+        self._end = 0  # one past the newest played sample stored
+        self._next: int | None = None  # played index the next read continues from
+        self.resyncs = 0  # times the reference was re-aligned to the clocks
+        # Reference samples asked for before the sink had played them (read as silence): the device's output
+        # latency must cover the resampler's delay (~20 ms from 48 kHz) for the reference to be complete.
+        self.late = 0
+        self._chunk = np.empty(4096, np.float32)
+
+    def _pull(self) -> None:
+        while True:
+            first, n = self._ring.read_into(self._chunk)
+            if n == 0:
+                return
+            self._store(first, self._chunk[:n])
+
+    def _store(self, first: int, samples: np.ndarray) -> None:
+        n = len(samples)
+        start = first & self._mask
+        k = min(n, len(self._buf) - start)
+        self._buf[start : start + k] = samples[:k]
+        self._buf[: n - k] = samples[k:]
+        self._end = first + n
+
+    def read(self, t_ns: int, out: np.ndarray) -> None:
+        """Fill ``out`` with the samples heard from ``t_ns`` on (zeros where nothing was recorded)."""
+        self._pull()
+        a = self.clock.index(t_ns)
+        if self._next is not None and abs(a - self._next) <= RESYNC:
+            a = self._next
+        elif self._next is not None:
+            self.resyncs += 1
+        self._next = b = a + len(out)
+        lo, hi = max(a, self._end - len(self._buf), 0), min(b, self._end)
+        if hi <= lo:
+            out[:] = 0.0
+            return
+        out[: lo - a] = 0.0
+        out[hi - a :] = 0.0
+        self.late += b - max(hi, a) if b > self._end else 0
+        start = lo & self._mask
+        k = min(hi - lo, len(self._buf) - start)
+        out[lo - a : lo - a + k] = self._buf[start : start + k]
+        out[lo - a + k : hi - a] = self._buf[: hi - lo - k]
+
+
+class FrontEnd:
+    """Echo cancellation (+ high-pass, optional noise suppression) of 512-sample hops, in place.
+
+    ``clock`` is the capture clock (index -> time captured); ``far`` the played audio (None: no sink
+    that records what it plays, so the canceller gets silence as reference and only filters).
+    """
+
+    def __init__(self, options: FrontEndOptions, clock: CaptureClock, far: FarEnd | None = None):
+        self.options = options
+        self._ap = _processor(options)
+        self._clock = clock
+        self._far = far
+        self._near = np.zeros(VAD_FRAME + FRAME, np.float32)  # unprocessed: remainder + one hop
+        self._ref = np.zeros(VAD_FRAME + FRAME, np.float32)  # the far end aligned with _near
+        self._pending = 0
+        self._out = np.zeros(2 * VAD_FRAME, np.float32)  # processed, not handed out yet (a FIFO)
+        self._ready = DELAY  # the fixed delay: the first hop starts with DELAY samples of silence
+        self.hops = 0
+        # Echo gate: the far end's mean square in the last hops (a ring), the threshold as a power ratio.
+        self._far_ms = np.zeros(-(-options.echo_gate_hold_ms // VAD_FRAME_MS), np.float64)
+        self._gate = None if options.echo_gate_db is None or far is None else 10.0 ** (options.echo_gate_db / 10)
+        self.echo = False  # the last hop is our own speech's residual, not a talker (see the module doc)
+        self.echo_hops = 0  # hops the gate called echo
+
+    @classmethod
+    def for_loop(cls, options: FrontEndOptions, clock: CaptureClock, sink) -> "FrontEnd":
+        """The front end of a loop whose sink may record what it plays (``sink.tap``, see sinks.py)."""
+        tap = getattr(sink, "tap", None)
+        return cls(options, clock, FarEnd(tap) if tap is not None and options.echo_cancellation else None)
+
+    def process(self, first: int, hop: np.ndarray) -> None:
+        """Replace ``hop`` (capture samples from index ``first``) by processed audio DELAY samples older."""
+        n, p = len(hop), self._pending
+        self._near[p : p + n] = hop
+        if self._far is not None:
+            ref = self._ref[p : p + n]
+            self._far.read(self._clock.ns(first), ref)
+            self._far_ms[self.hops % len(self._far_ms)] = float(np.dot(ref, ref)) / max(n, 1)
+        m = (p + n) // FRAME * FRAME
+        if m:
+            y = self._ap.process(self._near[:m], self._ref[:m] if self._far is not None else None)
+            self._out[self._ready : self._ready + m] = y
+            self._ready += m
+            rest = p + n - m
+            self._near[:rest] = self._near[m : p + n]
+            self._ref[:rest] = self._ref[m : p + n]
+            self._pending = rest
+        else:
+            self._pending = p + n
+        hop[:] = self._out[:n]
+        self._out[: self._ready - n] = self._out[n : self._ready]
+        self._ready -= n
+        self.hops += 1
+        if self._gate is not None:
+            self.echo = float(np.dot(hop, hop)) / max(n, 1) < self._gate * float(self._far_ms.max())
+            self.echo_hops += self.echo

@@ -1,0 +1,231 @@
+"""When a pause ends the speaker's turn: pure logic over the evidence the loop gathers at a pause.
+
+The endpointer alone ends an utterance after a fixed hangover of silence, so every hesitation
+longer than it cuts a sentence in two (the fragment is translated and spoken over the speaker),
+and every finished sentence still waits the whole hangover. The policy weighs, at each frame of
+a pause:
+
+* the pause length so far;
+* the end-of-turn model's probability that the turn is complete (``stages.turn``, run by the
+  loop when the speculation runs and again as the pause goes on; absent in hand-built stages);
+* the speculative transcript: a trailing comma, ellipsis or a word that cannot end a sentence
+  ("and", "the", "because", ...) says incomplete; a sentence-final mark says little on its own
+  (Whisper ends almost every fragment with a period);
+* the speaker's own pauses: the running mean and deviation of the pauses inside utterances
+  (those followed by more speech); ``mean + alpha * deviation`` stretches the fallback hangover
+  for a speaker who pauses long mid-sentence (as the endpointer's adaptive VAD threshold does
+  for noise).
+
+The answer is a :class:`Decision`: the pause length at which this pause ends the turn unless
+speech resumes, and why. "complete" ends almost at once, "incomplete" holds up to
+``max_pause_ms``, "hangover" (unsure) falls back to the hangover.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+__all__ = ["Decision", "TurnOptions", "TurnPolicy", "TextEvidence", "text_evidence", "NOT_FINAL_WORDS"]
+
+# Words after which a sentence cannot end, per language: articles, conjunctions, prepositions,
+# possessive determiners, fillers. Words that also end sentences as particles or pronouns
+# ("in", "up", "so", German "auf", "zu", "sein") are left out: a wrong "incomplete" costs a held pause,
+# a wrong "complete" cuts a sentence.
+NOT_FINAL_WORDS: dict[str, frozenset[str]] = {
+    "en": frozenset("""a an the and or but nor because of to with for from into onto than if unless although
+        whether my your our their its at um uh er uhm erm""".split()),
+    "pt": frozenset("""e ou mas porque que de do da dos das o os as um uma uns umas para pra com em no na nos nas
+        num numa se meu minha meus minhas seu sua seus suas por pelo pela pelos pelas ao aos à às né""".split()),
+    "es": frozenset("""y e o u ni pero porque que de del el la los las un una unos unas para con en a al por mi mis
+        tu tus su sus si este esta""".split()),
+    "fr": frozenset("""et ou mais parce que qu' de du des le la les l' un une pour avec à au aux dans par sur mon ma
+        mes ton ta tes son sa ses notre votre nos vos car si euh""".split()),
+    "de": frozenset("""und oder aber weil dass der die das den dem des ein eine einen einem einer eines von mit für
+        im am zum zur vom beim wenn als ob sondern mein meine meinen meinem dein deine ähm äh""".split()),
+}
+SENTENCE_FINAL = (".", "?", "!", "。", "？", "！")
+CONTINUING = (",", ";", ":", "-", "–", "—", "...", "…", "、", "，", "；", "：")
+_STRIP = ".,;:!?…\"'«»“”„¿¡()[]-–—。？！，；：、"
+
+
+class TextEvidence(NamedTuple):
+    verdict: str  # "complete" | "incomplete" | "unknown" (text that says neither) | "none" (no text)
+    why: str  # e.g. "trailing 'and'", "ends in ','", "ends in '.'"
+
+
+def text_evidence(text: str, lang: str) -> TextEvidence:
+    """What the (speculative) transcript ``text`` in ``lang`` says about the end of the sentence."""
+    t = text.strip()
+    if not t:
+        return TextEvidence("none", "no text")
+    if t.endswith(CONTINUING):
+        return TextEvidence("incomplete", f"ends in {t[-1]!r}")
+    words = t.split()
+    last = words[-1].strip(_STRIP).lower()
+    if "'" in last and lang == "fr":  # "qu'" / "l'" survive the strip only as the whole word
+        last = last.split("'")[0] + "'"
+    if last in NOT_FINAL_WORDS.get(lang, ()):
+        return TextEvidence("incomplete", f"trailing {last!r}")
+    if t.endswith(SENTENCE_FINAL):
+        return TextEvidence("complete", f"ends in {t[-1]!r}")
+    return TextEvidence("unknown", "no final punctuation")
+
+
+@dataclass(frozen=True)
+class TurnOptions:
+    """Every knob of turn-taking beyond the endpointer's VAD hangover.
+
+    Defaults chosen with ``tools/tune_turn.py`` (default pack INT8, smart-turn v3.2) on the tuning
+    half of the real clips (sorted ids, odd indices: 16 clips) plus the same clips with a 0.4-0.8 s
+    hesitation of their own room tone spliced in mid-sentence (15 of them): 131 pauses, 15 of them
+    spliced hesitations, 83 natural pauses inside speech, 31 real ends. With these defaults, per
+    pause: talk-over (a hesitation ends the utterance) 4/15 (plain 288 ms hangover: 15/15), natural
+    pauses cut 29/83 (plain: 35/83), wait after the real end p50 64 ms, mean 370 ms, p90 1024 ms
+    (plain: 288 ms), 22/31 real ends called "complete". The model alone separates ends from
+    hesitations poorly here (AUC 0.65-0.67 at every pause length), so it only ends a turn when
+    it is very sure AND the transcript ends a sentence. Never tuned on the even-index clips.
+    """
+
+    # Turn-model probability at or above which the turn is complete (with a transcript that ends in
+    # a sentence-final mark). Tuned over 0.5/0.7/0.85/0.95/0.98: 0.5-0.85 cut 5/15 hesitations and
+    # 37-47/83 natural pauses; 0.98 waits p50 192 ms for no fewer talk-overs.
+    complete_probability: float = 0.95
+    # ... below which the pause is a hesitation (held up to max_pause_ms). 0.05 (vs 0.2/0.35): one
+    # fewer talk-over; the model rarely goes this low at a real end.
+    incomplete_probability: float = 0.05
+    # A pause judged complete ends the utterance at this pause length: the speculation (decode,
+    # translation, first clause) runs at 64 ms, so at 64 ms everything is ready (96: +18 ms mean, no gain).
+    complete_after_ms: int = 64
+    # The longest pause held open for a sentence judged incomplete; a speaker silent this long has
+    # yielded the turn whatever the evidence says. 1024 ms: same talk-over as 1280, 50 ms less mean wait.
+    max_pause_ms: int = 1024
+    # Pause lengths at which the loop runs the turn model (~24 ms a call on one idle core): with the
+    # speculation, then again as the pause goes on. Adding 128 ms: +3 natural pauses cut, no gain.
+    model_at_ms: tuple[int, ...] = (64, 192, 384, 768)
+    # With no turn model, a sentence-final mark alone ends the turn (True), or only stops holding
+    # (False: the hangover decides). Off: on the tuning set it ends 7/15 hesitations and 55/83
+    # natural pauses (Whisper puts a period after almost every fragment).
+    text_alone_ends: bool = False
+    # The model's "complete" also needs the transcript to end in a sentence-final mark (when the
+    # speculation produced one). On: 4/15 talk-over instead of 6/15 at the same thresholds.
+    final_mark_required: bool = True
+    # A transcript without a final mark ("fellow wrestlers also pay tribute") is a fragment: hold.
+    # Off: 6 of 15 hesitations are unmarked, but so are 3 of 31 real ends, each then held to
+    # max_pause_ms; on the front it never beat the final-mark rule.
+    unmarked_holds: bool = False
+    # A transcript shorter than this says nothing about completeness (a lone "Yes." is left to the model).
+    min_words: int = 2
+    # The speaker's within-utterance pauses: fallback hangover = clamp(mean + alpha * deviation,
+    # the endpointer's hangover, max_pause_ms), once min_pauses pauses were seen. alpha 2 (vs 0, 1):
+    # 4/15 talk-over instead of 5-7/15; without a turn model it alone holds 14/15 hesitations at a
+    # mean wait of 885 ms.
+    pause_alpha: float = 2.0
+    pause_memory: int = 20  # pauses: time constant of the running mean and deviation (not tuned)
+    min_pauses: int = 3  # not tuned
+    min_tracked_pause_ms: int = 64  # shorter gaps are VAD jitter inside words, not pauses (not tuned)
+
+    def __post_init__(self):
+        if not 0.0 <= self.incomplete_probability <= self.complete_probability <= 1.0:
+            raise ValueError("need 0 <= incomplete_probability <= complete_probability <= 1, got "
+                             f"{self.incomplete_probability} and {self.complete_probability}")
+        if self.complete_after_ms < 0 or self.max_pause_ms <= self.complete_after_ms:
+            raise ValueError(f"need 0 <= complete_after_ms < max_pause_ms, got {self.complete_after_ms} "
+                             f"and {self.max_pause_ms}")
+        if any(m <= 0 for m in self.model_at_ms) or list(self.model_at_ms) != sorted(set(self.model_at_ms)):
+            raise ValueError(f"model_at_ms must be increasing positive pause lengths, got {self.model_at_ms}")
+        if self.min_words < 1 or self.pause_memory < 1 or self.min_pauses < 1:
+            raise ValueError("min_words, pause_memory and min_pauses must be >= 1")
+        if self.pause_alpha < 0:
+            raise ValueError(f"pause_alpha must be >= 0, got {self.pause_alpha}")
+
+
+class Decision(NamedTuple):
+    """This pause ends the turn once it lasts ``end_at_ms`` (unless speech resumes first)."""
+
+    reason: str  # "complete" | "incomplete" | "hangover"
+    end_at_ms: int
+    why: str = ""  # the evidence, for humans (e.g. "p=0.91, ends in '.'")
+
+    @property
+    def end_reason(self) -> str:
+        """What the utterance trace says if this decision ends it: an incomplete pause ran out."""
+        return "max_pause" if self.reason == "incomplete" else self.reason
+
+
+class TurnPolicy:
+    """Combines the evidence of the current pause; keeps the speaker's pause statistics across utterances.
+
+    The loop calls :meth:`pause_started` at the first silent frame, :meth:`note_text` and
+    :meth:`note_turn` when it has evidence, :meth:`decide` at every silent frame, and
+    :meth:`speech_resumed` when the pause turned out to be inside the utterance.
+    """
+
+    def __init__(self, options: TurnOptions = TurnOptions(), hangover_ms: int = 288):
+        self.options = options
+        self.hangover_ms = hangover_ms
+        self._decay = 1.0 - 1.0 / options.pause_memory
+        self.pauses_seen = 0
+        self._mean = 0.0
+        self._var = 0.0
+        self._forget()
+
+    # -- evidence ------------------------------------------------------------------
+    def pause_started(self) -> None:
+        """A new pause (the first silent frame): forget the previous pause's evidence."""
+        self._forget()
+
+    def _forget(self) -> None:
+        self.text: TextEvidence = TextEvidence("none", "no text")
+        self.p_complete: float | None = None
+        self._words = 0
+
+    def note_text(self, text: str, lang: str) -> None:
+        """The speculative transcript of the utterance up to this pause."""
+        self.text = text_evidence(text, lang)
+        self._words = len(text.split())
+
+    def note_turn(self, p_complete: float) -> None:
+        """The end-of-turn model's latest probability that the turn is complete."""
+        self.p_complete = float(p_complete)
+
+    def speech_resumed(self, pause_ms: float) -> None:
+        """A pause of ``pause_ms`` was inside the utterance: update the speaker's statistics."""
+        if pause_ms >= self.options.min_tracked_pause_ms:
+            if self.pauses_seen == 0:
+                self._mean, self._var = pause_ms, 0.0
+            else:
+                d = self._decay
+                delta = pause_ms - self._mean
+                self._mean += (1 - d) * delta
+                self._var = d * (self._var + (1 - d) * delta * delta)
+            self.pauses_seen += 1
+        self._forget()
+
+    @property
+    def hangover(self) -> int:
+        """The fallback pause (ms): the endpointer's hangover, stretched by the speaker's own pauses."""
+        o = self.options
+        if self.pauses_seen < o.min_pauses:
+            return self.hangover_ms
+        adaptive = self._mean + o.pause_alpha * math.sqrt(self._var)
+        return int(min(o.max_pause_ms, max(self.hangover_ms, adaptive)))
+
+    # -- decision ------------------------------------------------------------------
+    def decide(self) -> Decision:
+        """The verdict on the current pause from the evidence so far."""
+        o = self.options
+        p = self.p_complete
+        text = self.text
+        enough = self._words >= o.min_words
+        why = (f"p={p:.2f}, " if p is not None else "") + text.why
+        unmarked = o.unmarked_holds and text.verdict == "unknown" and enough
+        if text.verdict == "incomplete" or unmarked or (p is not None and p < o.incomplete_probability):
+            return Decision("incomplete", o.max_pause_ms, why)
+        if p is not None:
+            if p >= o.complete_probability and (text.verdict in ("complete", "none") or not o.final_mark_required):
+                return Decision("complete", o.complete_after_ms, why)
+        elif o.text_alone_ends and text.verdict == "complete" and enough:
+            return Decision("complete", o.complete_after_ms, why)
+        return Decision("hangover", self.hangover, why)

@@ -1,0 +1,54 @@
+"""Context across utterances: which language and text the previous utterance lends (pure, sample indices)."""
+
+from __future__ import annotations
+
+import pytest
+
+from edge_rt.loop.context import NONE, Context, ContextOptions, KeepLanguage
+from edge_rt.stages.asr.whisper import Prompt
+from edge_rt.units import SAMPLE_RATE
+
+
+def test_keep_language_switches_only_on_strong_evidence():
+    keep = KeepLanguage("en", 0.85)
+    assert keep("zh", 0.52) == "en"  # "However" heard as Chinese
+    assert keep("la", 0.84) == "en"
+    assert keep("de", 0.9) == "de"
+    assert keep("en", 0.1) == "en"
+
+
+def test_context_lasts_within_the_window_and_names_the_language():
+    ctx = Context(ContextOptions(within_s=5.0, switch_prob=0.85, prompt=True))
+    assert ctx.at(0) is NONE
+    ctx.remember(10 * SAMPLE_RATE, "en", " Basic alkaline. ")
+    near = ctx.at(12 * SAMPLE_RATE)
+    assert near.language == KeepLanguage("en", 0.85) and near.prompt == Prompt("Basic alkaline.", "en")
+    assert near.transcribe_kwargs(None) == {"language": near.language, "prompt": near.prompt}
+    assert near.transcribe_kwargs("de")["language"] == "de"  # a language given by the user wins
+    assert ctx.at(16 * SAMPLE_RATE) is NONE  # 6 s later: a new conversation
+    ctx.forget()
+    assert ctx.at(12 * SAMPLE_RATE) is NONE
+
+
+def test_an_utterance_is_never_its_own_context():
+    """The source caption of a translate route is decoded after its utterance was remembered."""
+    ctx = Context(ContextOptions(prompt=True))
+    ctx.remember(5 * SAMPLE_RATE, "en", "first")
+    ctx.remember(9 * SAMPLE_RATE, "de", "")  # the translation is out, the German caption pending
+    assert ctx.at(6 * SAMPLE_RATE).prompt == Prompt("first", "en")  # the utterance that started at 6 s
+    ctx.remember(9 * SAMPLE_RATE, "de", "zweite")  # its caption replaces the entry
+    assert ctx.at(10 * SAMPLE_RATE).prompt == Prompt("zweite", "de")
+    assert ctx.at(6 * SAMPLE_RATE).prompt == Prompt("first", "en")
+
+
+def test_defaults_and_switches():
+    ctx = Context()  # the defaults: language carry-over, no prompt (see ContextOptions)
+    ctx.remember(SAMPLE_RATE, "en", "text")
+    assert ctx.at(2 * SAMPLE_RATE).prompt is None and ctx.at(2 * SAMPLE_RATE).language is not None
+    off = Context(ContextOptions(switch_prob=None))
+    off.remember(SAMPLE_RATE, "en", "text")
+    assert off.at(2 * SAMPLE_RATE).transcribe_kwargs(None) == {"language": None}
+    with pytest.raises(ValueError, match="switch_prob"):
+        ContextOptions(switch_prob=1.5)
+    with pytest.raises(ValueError, match="within_s"):
+        ContextOptions(within_s=-1)

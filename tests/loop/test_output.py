@@ -1,0 +1,88 @@
+"""SpeechQueue: back-pressure, first-output marks, barge-in (duck, stop, continue) and shedding."""
+
+import numpy as np
+import pytest
+
+from edge_rt.audio.sinks import DUCK_GAIN, RingSink, TimelineSink
+from edge_rt.loop.output import SpeechQueue
+from edge_rt.loop.trace import UtteranceTrace
+
+RATE = 16000
+
+
+def _queue(capacity: int = 1024) -> tuple[SpeechQueue, RingSink]:
+    sink = RingSink(RATE, capacity=capacity)
+    return SpeechQueue(sink), sink
+
+
+def _speech(n: int, value: float = 1.0) -> np.ndarray:
+    return np.full(n, value, np.float32)
+
+
+def test_back_pressure_keeps_the_rest_and_marks_the_first_sample():
+    q, sink = _queue(capacity=1024)
+    tr = UtteranceTrace(1)
+    q.add(tr, _speech(800), first=True)
+    q.add(tr, _speech(800), first=False)
+    q.push()
+    assert sink.pending() == 1024 and q.backlog_s() == 1600 / RATE
+    sink.consume(np.empty(512, np.float32), 5_000_000_000)
+    assert tr.t_ns["first_output"] == 5_000_000_000
+    q.push()
+    assert sink.pending() == 1024 and q.backlog_s() == 1088 / RATE
+
+
+def test_duck_lowers_the_speech_until_resume():
+    q, sink = _queue()
+    q.add(UtteranceTrace(1), _speech(600), first=True)
+    q.push()
+    assert q.playing()
+    assert q.barge_in("duck") == []
+    out = np.empty(256, np.float32)
+    sink.consume(out, 0)
+    np.testing.assert_allclose(out, DUCK_GAIN)
+    q.resume()
+    sink.consume(out, 0)
+    np.testing.assert_allclose(out, 1.0)
+
+
+def test_stop_drops_queued_and_unplayed_speech_and_names_the_unheard():
+    q, sink = _queue(capacity=512)
+    heard, unheard = UtteranceTrace(1), UtteranceTrace(2)
+    q.add(heard, _speech(400), first=True)
+    q.add(unheard, _speech(400), first=True)
+    q.add(unheard, _speech(400), first=False)
+    q.push()
+    sink.consume(np.empty(256, np.float32), 0)  # the first utterance has begun playing
+    dropped = q.barge_in("stop")
+    assert dropped == [unheard]
+    assert q.backlog_s() == 0 or sink.pending() > 0  # the flush happens in the callback
+    out = np.empty(512, np.float32)
+    sink.consume(out, 0)
+    np.testing.assert_array_equal(out, 0)
+    assert not q.playing() and "first_output" not in unheard.t_ns
+
+
+def test_continue_changes_nothing_and_a_file_timeline_plays_on():
+    q, sink = _queue()
+    q.add(UtteranceTrace(1), _speech(300), first=True)
+    q.push()
+    assert q.barge_in("continue") == []
+    out = np.empty(300, np.float32)
+    sink.consume(out, 0)
+    np.testing.assert_allclose(out, 1.0)
+    timeline = SpeechQueue(TimelineSink(RATE, now_s=lambda: 0.0))
+    timeline.add(UtteranceTrace(2), _speech(100), first=True)
+    timeline.push()
+    assert timeline.barge_in("stop") == [] and timeline.barge_in("duck") == []
+
+
+def test_drop_oldest_only_when_another_utterance_waits():
+    q, sink = _queue(capacity=256)
+    a, b = UtteranceTrace(1), UtteranceTrace(2)
+    q.add(a, _speech(300), first=True)
+    q.push()  # 256 in the sink, 44 queued
+    assert q.drop_oldest() is None
+    q.add(b, _speech(100), first=True)
+    assert q.drop_oldest() is a
+    assert q.backlog_s() == pytest.approx((256 + 100) / RATE)

@@ -1,0 +1,159 @@
+"""The turn policy's rules over plain numbers and strings (no audio, no models)."""
+
+from __future__ import annotations
+
+import pytest
+
+from edge_rt.loop.turn_policy import NOT_FINAL_WORDS, Decision, TurnOptions, TurnPolicy, text_evidence
+
+
+@pytest.mark.parametrize("text, lang, verdict", [
+    ("He hoped there would be stew for dinner.", "en", "complete"),
+    ("Where are you going?", "en", "complete"),
+    ("He hoped there would be stew and.", "en", "incomplete"),  # Whisper's period after a fragment
+    ("I went to the", "en", "incomplete"),
+    ("because of the weather,", "en", "incomplete"),
+    ("and then...", "en", "incomplete"),
+    ("so I thought", "en", "unknown"),  # no mark, no telling word
+    ("", "en", "none"),
+    ("Eu fui para a escola e.", "pt", "incomplete"),
+    ("Eu fui para a escola.", "pt", "complete"),
+    ("Fui a la tienda con.", "es", "incomplete"),
+    ("Je suis allé à la.", "fr", "incomplete"),
+    ("Ich habe das Buch und.", "de", "incomplete"),
+    ("Ich habe das Buch.", "de", "complete"),
+    ("He said and.", "xx", "complete"),  # no word list for the language: only punctuation counts
+])
+def test_text_evidence(text, lang, verdict):
+    assert text_evidence(text, lang).verdict == verdict
+
+
+def test_word_lists_cover_the_languages_of_the_packs():
+    assert {"en", "pt", "es", "fr", "de"} <= set(NOT_FINAL_WORDS)
+    for words in ("and the to of because but a".split()):
+        assert words in NOT_FINAL_WORDS["en"]
+    assert "in" not in NOT_FINAL_WORDS["en"] and "so" not in NOT_FINAL_WORDS["en"]  # they end sentences too
+
+
+def policy(**kw) -> TurnPolicy:
+    return TurnPolicy(TurnOptions(**kw), hangover_ms=288)
+
+
+def test_confident_model_and_a_final_sentence_end_at_once():
+    p = policy(complete_after_ms=64, complete_probability=0.9)
+    p.note_text("He could wait no longer.", "en")
+    p.note_turn(0.93)
+    assert p.decide() == Decision("complete", 64, p.decide().why)
+    assert p.decide().end_reason == "complete"
+
+
+def test_a_trailing_connective_holds_even_when_the_model_says_complete():
+    p = policy(max_pause_ms=1280)
+    p.note_text("For a full hour he had paced up and.", "en")
+    p.note_turn(0.99)
+    d = p.decide()
+    assert (d.reason, d.end_at_ms, d.end_reason) == ("incomplete", 1280, "max_pause")
+    assert "and" in d.why
+
+
+def test_a_low_model_probability_holds_through_the_hesitation():
+    p = policy(incomplete_probability=0.2)
+    p.note_text("He hoped there would be stew.", "en")  # Whisper's period: not enough to end
+    p.note_turn(0.05)
+    assert p.decide().reason == "incomplete"
+
+
+def test_an_unsure_model_falls_back_to_the_hangover():
+    p = policy(incomplete_probability=0.2, complete_probability=0.5)
+    p.note_text("He hoped there would be stew.", "en")
+    p.note_turn(0.35)
+    assert p.decide() == Decision("hangover", 288, p.decide().why)
+
+
+def test_the_model_can_change_its_mind_as_the_pause_goes_on():
+    p = policy(incomplete_probability=0.2, complete_probability=0.7)
+    p.note_turn(0.1)
+    assert p.decide().reason == "incomplete"
+    p.note_turn(0.8)  # a longer trailing silence
+    assert p.decide().reason == "complete"
+
+
+def test_without_a_model_punctuation_alone_does_not_end_unless_asked():
+    p = policy()  # text_alone_ends=False
+    p.note_text("He could wait no longer.", "en")
+    assert p.decide().reason == "hangover"
+    q = policy(text_alone_ends=True, min_words=2)
+    q.note_text("He could wait no longer.", "en")
+    assert q.decide().reason == "complete"
+    q.pause_started()
+    q.note_text("Longer.", "en")  # one word is not trusted
+    assert q.decide().reason == "hangover"
+
+
+def test_without_any_evidence_the_hangover_decides():
+    assert policy().decide().reason == "hangover"
+    assert policy().decide().end_at_ms == 288
+
+
+def test_a_new_pause_forgets_the_previous_evidence():
+    p = policy()
+    p.note_text("and the", "en")
+    p.note_turn(0.9)
+    p.speech_resumed(300)
+    assert p.p_complete is None and p.decide().reason == "hangover"
+
+
+def test_the_speakers_long_pauses_stretch_the_fallback_but_never_past_the_maximum():
+    p = policy(pause_alpha=2.0, min_pauses=3, max_pause_ms=1280)
+    for ms in (500, 600, 550):
+        assert p.hangover == 288 or p.pauses_seen >= 3
+        p.speech_resumed(ms)
+    assert 550 < p.hangover <= 1280  # mean ~550 + 2 deviations
+    for _ in range(50):
+        p.speech_resumed(3000)
+    assert p.hangover == 1280
+
+
+def test_short_gaps_and_a_quick_speaker_keep_the_plain_hangover():
+    p = policy(min_tracked_pause_ms=64, min_pauses=3)
+    for _ in range(10):
+        p.speech_resumed(32)  # VAD jitter: not a pause
+    assert p.pauses_seen == 0 and p.hangover == 288
+    for _ in range(10):
+        p.speech_resumed(100)
+    assert p.pauses_seen == 10 and p.hangover == 288  # never shorter than the endpointer's hangover
+
+
+@pytest.mark.parametrize("kw", [dict(complete_probability=0.2, incomplete_probability=0.5),
+                                dict(complete_after_ms=2000, max_pause_ms=1000), dict(model_at_ms=(192, 64)),
+                                dict(model_at_ms=(0,)), dict(min_words=0), dict(pause_alpha=-1.0)])
+def test_bad_options_are_named(kw):
+    with pytest.raises(ValueError):
+        TurnOptions(**kw)
+
+
+def test_the_model_alone_may_be_required_to_agree_with_a_final_mark():
+    p = policy(final_mark_required=True, complete_probability=0.9)
+    p.note_turn(0.95)
+    assert p.decide().reason == "complete"  # no transcript (speculation off): the model decides
+    p.note_text("so I thought", "en")  # a transcript without a final mark
+    assert p.decide().reason == "hangover"
+    p.note_text("so I thought so.", "en")
+    assert p.decide().reason == "complete"
+
+
+def test_without_the_final_mark_rule_the_model_alone_ends_a_sentence_the_text_does_not_call_incomplete():
+    p = policy(final_mark_required=False, complete_probability=0.9)
+    p.note_text("so I thought", "en")
+    p.note_turn(0.95)
+    assert p.decide().reason == "complete"
+
+
+def test_an_unmarked_transcript_holds_when_asked():
+    p = policy(unmarked_holds=True, min_words=2)
+    p.note_text("fellow wrestlers also pay tribute", "en")
+    p.note_turn(0.99)
+    assert p.decide().reason == "incomplete"
+    q = policy(unmarked_holds=False)
+    q.note_text("fellow wrestlers also pay tribute", "en")
+    assert q.decide().reason == "hangover"
