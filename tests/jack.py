@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -91,6 +92,21 @@ def start_edge_rt(args: list[str], harness: "Harness", timeout_s: float = 120.0)
         proc.wait(10)
         raise
     return proc, lines
+
+
+def stop_edge_rt(proc, lines: list[str]) -> str:
+    """Ctrl-C an edge-rt started by :func:`start_edge_rt`: it must stop cleanly (exit 0). Returns its stdout."""
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, "".join(lines)
+    return out
+
+
+def release(proc, harness: "Harness") -> None:
+    """After a live test, passed or failed: kill an edge-rt still running, close the harness's client."""
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+    harness.close()
 
 
 class Harness:

@@ -8,7 +8,6 @@ back with the pack's ASR and must hold the words of the translation.
 from __future__ import annotations
 
 import json
-import signal
 import time
 
 import numpy as np
@@ -16,7 +15,7 @@ import pytest
 
 from edge_rt.audio.files import read_audio
 from edge_rt.backends.factory import OrtEngines
-from tests.jack import RATE, Harness, start_edge_rt
+from tests.jack import Harness, RATE, release, start_edge_rt, stop_edge_rt
 
 
 
@@ -39,13 +38,9 @@ def test_live_run_translates_speech_into_the_headset(jack, default_pack, speech_
         while not harness.done_playing:
             time.sleep(0.1)
         time.sleep(6.0)  # the last utterance: hangover, decode, translate, speak
-        proc.send_signal(signal.SIGINT)  # Ctrl-C stops cleanly
-        out, _ = proc.communicate(timeout=60)
-        assert proc.returncode == 0, "".join(lines)
+        stop_edge_rt(proc, lines)  # Ctrl-C stops cleanly
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-        harness.close()
+        release(proc, harness)
     traces = [json.loads(line) for line in trace_path.read_text().splitlines()]
     spoken = [t for t in traces if t["translation"]]
     assert spoken, f"no utterance translated: {traces}"

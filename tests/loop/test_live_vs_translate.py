@@ -11,7 +11,6 @@ cannot change what is heard."""
 from __future__ import annotations
 
 import json
-import signal
 import time
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from edge_rt.audio.files import read_audio
 from edge_rt.audio.wav_stream import read_wav
 from edge_rt.measure.scoring import normalize
 from edge_rt.units import SAMPLE_RATE
-from tests.jack import PERIOD, RATE, Harness, start_edge_rt
+from tests.jack import Harness, PERIOD, RATE, release, start_edge_rt, stop_edge_rt
 
 GAP_S = 2.5  # silence between clips: each clip is its own utterance(s); within ContextOptions.within_s
 HESITATION_S = 0.6
@@ -94,13 +93,9 @@ def test_live_captions_equal_translate_on_the_same_audio(jack, default_pack, spe
         while not harness.done_playing:
             time.sleep(0.1)
         time.sleep(4.0)  # the last utterance: hangover, decode, translate
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
-        assert proc.returncode == 0, "".join(lines)
+        out = stop_edge_rt(proc, lines)
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-        harness.close()
+        release(proc, harness)
     print(out.strip().splitlines()[-1])  # "stopped: ... capture overruns N": a lost period is silence in both
     live = [json.loads(line) for line in trace_path.read_text().splitlines()]
 

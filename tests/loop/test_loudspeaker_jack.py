@@ -26,14 +26,13 @@ fragments Whisper reads as no speech. The test marks that xfail instead of passi
 from __future__ import annotations
 
 import json
-import signal
 import time
 
 import numpy as np
 import pytest
 
 from edge_rt.audio.files import read_audio
-from tests.jack import PERIOD, RATE, Harness, start_edge_rt
+from tests.jack import Harness, PERIOD, RATE, release, start_edge_rt, stop_edge_rt
 
 CLIPS = ("en_jfk", "en_librispeech_1089-134691-0001")
 BARGE = "en_librispeech_1089-134686-0000"  # starts while the second clip's translation plays
@@ -99,13 +98,9 @@ def _run(tmp_path, speech_dir, manifest, name: str, extra: list[str], feedback, 
              "--rate-in", str(RATE), "--rate-out", str(RATE), "--trace", str(trace_path), *extra], harness)
         spans = _play(harness, speech_dir, manifest, barge)
         time.sleep(TAIL_S)
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=60)
-        assert proc.returncode == 0, "".join(lines)
+        stop_edge_rt(proc, lines)
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-        harness.close()
+        release(proc, harness)
     t0 = harness.play_started_ns
     played = harness.audio()  # what edge-rt played, on the harness's sample clock
     a, b = (harness.play_from + x for x in spans[-1][:2])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from edge_rt.ops.replay import compare, word_errors
 from edge_rt.ops.session_report import render_report
 from edge_rt.ops.session import Session, SessionError
 from edge_rt.audio.wav_stream import StreamingWav, read_wav
-from tests.jack import RATE, Harness, start_edge_rt
+from tests.jack import Harness, RATE, release, start_edge_rt, stop_edge_rt
 
 
 # -- crash-safe WAV ---------------------------------------------------------------
@@ -129,13 +128,9 @@ def recorded(jack, default_pack, speech_dir, tmp_path_factory):
         while not harness.done_playing:
             time.sleep(0.1)
         time.sleep(4.0)  # the last utterance: hangover, decode, translate, first sound
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=60)
-        assert proc.returncode == 0, "".join(lines)
+        stop_edge_rt(proc, lines)
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-        harness.close()
+        release(proc, harness)
     return folder
 
 
