@@ -12,7 +12,8 @@ Two steps, so a grid of settings costs one pass of the models:
    where it starts, how long it lasted (or that it was the end), the speculative transcript at the
    speculation point and the end-of-turn model's probability at every candidate pause length;
 2. **simulate**: each setting's :class:`TurnPolicy` is replayed over the recorded evidence, frame by
-   frame, one policy for the whole session (the speaker statistics carry over from item to item).
+   frame, each item with a fresh policy as in `edge-rt bench` (``--carry``: one policy for the whole
+   session, the speaker statistics carrying over from item to item).
 
 Per setting it prints: talk-over (spliced items whose utterance ended inside the spliced hesitation),
 split (items cut at any pause before the real end, natural pauses included) and the end wait
@@ -54,6 +55,7 @@ class Pause:
     frames: int | None = None  # silent frames before speech resumed; None: the utterance ended here
     text: str | None = None
     lang: str = ""
+    mark: float | None = None  # Whisper's P(sentence-final mark) at the end of that transcript (None: NaN)
     p: dict[int, float] = field(default_factory=dict)  # pause ms -> P(complete)
 
 
@@ -77,8 +79,9 @@ class RecordingPolicy(TurnPolicy):
         if getattr(self, "loop", None) is not None and self.loop.endpointer.in_speech:
             self.log.append(Pause(self.item, self.loop.endpointer.speech_end_sample))
 
-    def note_text(self, text: str, lang: str) -> None:
+    def note_text(self, text: str, lang: str, end_mark_prob: float = float("nan")) -> None:
         self.log[-1].text, self.log[-1].lang = text, lang
+        self.log[-1].mark = None if end_mark_prob != end_mark_prob else float(end_mark_prob)
 
     def note_turn(self, p_complete: float) -> None:
         self.log[-1].p[self.loop.endpointer.silence_frames * VAD_FRAME_MS] = float(p_complete)
@@ -126,8 +129,12 @@ def record(stages, items: list[Item], hold_ms: int) -> list[Pause]:
 
 
 def simulate(options: TurnOptions | None, items: list[Item], log: list[Pause], use_model: bool,
-             hangover_ms: int = 288, speculate_frames: int = 2) -> dict:
+             hangover_ms: int = 288, speculate_frames: int = 2, carry: bool = False) -> dict:
     """Replay every recorded pause through one session's policy (None: the plain hangover).
+
+    ``carry``: one policy for the whole session (the speaker statistics carry over from item to
+    item, as for one speaker in a long session); else each item starts with none, as every clip of
+    ``edge-rt bench`` does (a new loop per clip).
 
     Each pause is judged on its own (an earlier cut does not hide a later hesitation): a spliced
     hesitation that ends the utterance is talk-over, a natural pause inside the speech that ends
@@ -137,8 +144,12 @@ def simulate(options: TurnOptions | None, items: list[Item], log: list[Pause], u
     by_id = {it.id: it for it in items}
     talk = hes = split = internal = 0
     waits, complete = [], 0
+    current = None
     for pause in log:
         it = by_id[pause.item]
+        if policy is not None and not carry and pause.item != current:  # a new speaker: no pause statistics
+            policy = TurnPolicy(options, hangover_ms)
+        current = pause.item
         ended = _end_frame(policy, pause, use_model, hangover_ms, speculate_frames)
         if pause.start >= it.final_end - SLACK:  # the real end (or trailing noise after it)
             if ended is not None:
@@ -170,7 +181,7 @@ def _end_frame(policy, pause: Pause, use_model: bool, hangover_ms: int, speculat
     policy.pause_started()
     for f in range(1, limit + 1):
         if f == speculate_frames and pause.text is not None:
-            policy.note_text(pause.text, pause.lang)
+            policy.note_text(pause.text, pause.lang, float("nan") if pause.mark is None else pause.mark)
         ms = f * VAD_FRAME_MS
         if use_model and ms in policy.options.model_at_ms and ms in pause.p:
             policy.note_turn(pause.p[ms])
@@ -185,18 +196,37 @@ def grid() -> list[tuple[str, TurnOptions | None, bool]]:
     out: list[tuple[str, TurnOptions | None, bool]] = [
         ("plain hangover 288 ms (turn=None)", None, False), ("the defaults, TurnOptions()", base, True),
         ("the defaults without the turn model", base, False)]
+    # The earlier grids search without Whisper's end mark and the empty-speculation rule (their names
+    # say only what they vary); the last two add them.
+    plain = replace(base, mark_complete=None, mark_incomplete=None, empty_holds=False)
     for alone, unmarked, alpha, mx in itertools.product((False, True), (False, True), (0.0, 1.0, 2.0), (1024, 1280)):
-        o = replace(base, unmarked_holds=unmarked, text_alone_ends=alone, pause_alpha=alpha, max_pause_ms=mx)
+        o = replace(plain, unmarked_holds=unmarked, text_alone_ends=alone, pause_alpha=alpha, max_pause_ms=mx)
         out.append((f"no model, text_alone_ends={alone:d} unm={unmarked:d} a={alpha} max={mx}", o, False))
     for c, i, after, mx, alpha, at, mark, unmarked in itertools.product(
             (0.5, 0.7, 0.85, 0.95, 0.98), (0.05, 0.2, 0.35), (64, 96), (1024, 1280), (0.0, 1.0, 2.0),
             ((64, 192, 384, 768), (64, 128, 192, 384, 768)), (False, True), (False, True)):
         if i >= c:
             continue
-        o = replace(base, complete_probability=c, incomplete_probability=i, complete_after_ms=after,
+        o = replace(plain, complete_probability=c, incomplete_probability=i, complete_after_ms=after,
                     max_pause_ms=mx, pause_alpha=alpha, model_at_ms=at, final_mark_required=mark,
                     unmarked_holds=unmarked)
         out.append((f"c={c} i={i} after={after} max={mx} a={alpha} at={at[1]} mark={mark:d} unm={unmarked:d}", o, True))
+    # An empty speculation holds; with the text, model and end-mark rules around it.
+    for empty, unmarked, c, i, mc, mi, alpha in itertools.product(
+            (False, True), (False, True), (0.9, 0.95, 0.98), (0.05, 0.1, 0.2), (None, 0.8, 0.9), (None, 0.3, 0.5),
+            (0.0, 2.0)):
+        if mc is not None and mi is not None and mi > mc:
+            continue
+        o = replace(plain, empty_holds=empty, unmarked_holds=unmarked, complete_probability=c, incomplete_probability=i,
+                    mark_complete=mc, mark_incomplete=mi, pause_alpha=alpha)
+        out.append((f"empty={empty:d} unm={unmarked:d} c={c} i={i} mc={mc} mi={mi} a={alpha}", o, True))
+    # Whisper's end-mark probability, with and without the turn model.
+    for mc, mi, model, alpha, mx in itertools.product((None, 0.7, 0.8, 0.9, 0.95, 0.98), (None, 0.2, 0.35, 0.5, 0.65, 0.8),
+                                                      (False, True), (0.0, 2.0), (1024, 1280)):
+        if mc is None and mi is None or (mc is not None and mi is not None and mi > mc):
+            continue
+        o = replace(plain, mark_complete=mc, mark_incomplete=mi, pause_alpha=alpha, max_pause_ms=mx)
+        out.append((f"mark c={mc} i={mi} model={model:d} a={alpha} max={mx}", o, model))
     return out
 
 
@@ -208,6 +238,9 @@ def main(argv=None) -> int:
     ap.add_argument("--speech-dir", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "speech"))
     ap.add_argument("--cache", default=None, help="JSON file: reuse a recording (written if missing)")
     ap.add_argument("--record-max-ms", type=int, default=1600)
+    ap.add_argument("--carry", action="store_true",
+                    help="one speaker for the whole set (pause statistics carry over); default: each item starts "
+                         "fresh, as each clip of edge-rt bench does")
     ap.add_argument("--top", type=int, default=25, help="settings to print (best talk-over, then wait)")
     args = ap.parse_args(argv)
     from edge_rt.pipeline import Pipeline, StageOptions
@@ -230,7 +263,7 @@ def main(argv=None) -> int:
         log = record(stages, items, args.record_max_ms)
         if cache is not None:
             cache.write_text(json.dumps([asdict(p) for p in log]))
-    rows = [(name, simulate(o, items, log, model)) for name, o, model in grid()]
+    rows = [(name, simulate(o, items, log, model, carry=args.carry)) for name, o, model in grid()]
     fixed, tuned = rows[:3], rows[3:]
     count = lambda r, k: int(r[1][k].split("/")[0])  # noqa: E731
     # The Pareto front over (talk-over, split, mean wait): no other setting is at least as good on all three.

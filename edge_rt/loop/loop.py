@@ -260,7 +260,8 @@ class Loop:
             return
         hyp = utt.speculation
         if spoken and hyp is not None and hyp.end == self.endpointer.speech_end_sample:
-            policy.note_text(hyp.text or hyp.translation, hyp.lang if hyp.text else self.options.target)
+            policy.note_text(hyp.text or hyp.translation, hyp.lang if hyp.text else self.options.target,
+                             hyp.end_mark_prob)
         turn = getattr(self.stages, "turn", None)
         if turn is not None and silence in self._turn_frames:
             try:

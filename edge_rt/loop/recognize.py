@@ -39,6 +39,7 @@ class Hypothesis:
     # Speculation also synthesizes the first clause: (its audio, the rest of the clauses, not yet synthesized).
     speech: tuple[TtsAudio, Iterator[TtsAudio]] | None = None
     phrase: tuple | None = None  # its key in the phrase cache (PhraseCache.key), None: not cached
+    end_mark_prob: float = float("nan")  # Whisper's P(sentence-final mark) where the text ends (AsrResult)
 
     @property
     def complete(self) -> bool:
@@ -107,7 +108,7 @@ def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int,
     elif phrases is not None:
         phrases.put_translation(key, spoken, 0.0)  # no MT on this route: the entry holds the first clause
     return Hypothesis(end, first.language, "" if translated else heard, spoken, asr_ns, clock.now_ns(),
-                      source_pending=translated, phrase=key)
+                      source_pending=translated, phrase=key, end_mark_prob=first.end_mark_prob)
 
 
 def with_first_clause(hyp: Hypothesis, tts, target: str, *, rate: float = 1.0,

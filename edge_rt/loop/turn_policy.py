@@ -10,7 +10,9 @@ a pause:
   loop when the speculation runs and again as the pause goes on; absent in hand-built stages);
 * the speculative transcript: a trailing comma, ellipsis or a word that cannot end a sentence
   ("and", "the", "because", ...) says incomplete; a sentence-final mark says little on its own
-  (Whisper ends almost every fragment with a period);
+  (Whisper ends almost every fragment with a period), but Whisper's probability of that mark
+  (``AsrResult.end_mark_prob``) does: low after a fragment, high after a finished sentence; an
+  empty speculation (speech heard, no words yet) says incomplete;
 * the speaker's own pauses: the running mean and deviation of the pauses inside utterances
   (those followed by more speech); ``mean + alpha * deviation`` stretches the fallback hangover
   for a speaker who pauses long mid-sentence (as the endpointer's adaptive VAD threshold does
@@ -80,21 +82,27 @@ class TurnOptions:
     Defaults chosen with ``tools/tune_turn.py`` (default pack INT8, smart-turn v3.2) on the tuning
     half of the real clips (sorted ids, odd indices: 16 clips) plus the same clips with a 0.4-0.8 s
     hesitation of their own room tone spliced in mid-sentence (15 of them): 131 pauses, 15 of them
-    spliced hesitations, 83 natural pauses inside speech, 31 real ends. With these defaults, per
-    pause: talk-over (a hesitation ends the utterance) 4/15 (plain 288 ms hangover: 15/15), natural
-    pauses cut 29/83 (plain: 35/83), wait after the real end p50 64 ms, mean 370 ms, p90 1024 ms
-    (plain: 288 ms), 22/31 real ends called "complete". The model alone separates ends from
-    hesitations poorly here (AUC 0.65-0.67 at every pause length), so it only ends a turn when
-    it is very sure AND the transcript ends a sentence. Never tuned on the even-index clips.
+    spliced hesitations, 83 natural pauses inside speech, 31 real ends. Each clip starts with no
+    pause statistics, as each clip of ``edge-rt bench`` does. With these defaults, per pause:
+    talk-over (a hesitation ends the utterance) 2/15 (the previous defaults, without Whisper's
+    end-mark probability and the empty-speculation rule: 12/15; plain 288 ms hangover: 15/15),
+    natural pauses cut 23/83 (35/83, 35/83), wait after the real end p50 64 ms, mean 442 ms (64/326,
+    288/288), 17/31 real ends called "complete". With the statistics carried over from clip to clip
+    (one speaker, ``--carry``): 1/15 talk-over, 18/83 cut, mean wait 499 ms. The turn model alone
+    separates ends from hesitations poorly here (AUC 0.65-0.67 at every pause length), so it only
+    ends a turn when it is very sure AND the transcript ends a sentence. Never tuned on the
+    even-index clips. The end-mark thresholds are the default pack's (Whisper base): the tiny pack's
+    tiny.en gives the mark less steadily ("He could wait no longer." 0.42-0.89 as the utterance's
+    start moves by 0.1-0.4 s; base: 0.75-0.82).
     """
 
     # Turn-model probability at or above which the turn is complete (with a transcript that ends in
-    # a sentence-final mark). Tuned over 0.5/0.7/0.85/0.95/0.98: 0.5-0.85 cut 5/15 hesitations and
-    # 37-47/83 natural pauses; 0.98 waits p50 192 ms for no fewer talk-overs.
+    # a sentence-final mark). Tuned over 0.5/0.7/0.85/0.9/0.95/0.98: 0.98 cuts 3 fewer natural pauses
+    # but waits p50 192 ms; below 0.95 more cuts for no fewer talk-overs.
     complete_probability: float = 0.95
-    # ... below which the pause is a hesitation (held up to max_pause_ms). 0.05 (vs 0.2/0.35): one
-    # fewer talk-over; the model rarely goes this low at a real end.
-    incomplete_probability: float = 0.05
+    # ... below which the pause is a hesitation (held up to max_pause_ms). 0.2 (vs 0.05/0.1): with the
+    # end-mark rules, 2/15 talk-over at either; 0.2 cuts one natural pause fewer for +4 ms mean wait.
+    incomplete_probability: float = 0.2
     # A pause judged complete ends the utterance at this pause length: the speculation (decode,
     # translation, first clause) runs at 64 ms, so at 64 ms everything is ready (96: +18 ms mean, no gain).
     complete_after_ms: int = 64
@@ -115,12 +123,27 @@ class TurnOptions:
     # Off: 6 of 15 hesitations are unmarked, but so are 3 of 31 real ends, each then held to
     # max_pause_ms; on the front it never beat the final-mark rule.
     unmarked_holds: bool = False
+    # Whisper's own probability of a sentence-final mark where the speculative transcript ends
+    # (AsrResult.end_mark_prob): at or above mark_complete the sentence is done (with at least
+    # min_words words, and unless the model is sure it is not); below mark_incomplete it is a
+    # fragment, held like a trailing "and". None: not used. On the tuning set the speculation's marks
+    # (Whisper transcribing English, translating the rest) were 0.21-0.97 at real ends, 0.01-0.92 at
+    # spliced hesitations; 0.8/0.5 (of 0.8/0.9/off and 0.3/0.5/off): 2/15 talk-over instead of
+    # 3-5/15 with either rule off, at +30-60 ms mean wait. On whole English clips against cuts at a
+    # word boundary the separation is wider (0.51-0.96 vs 0.008-0.14, tests/stages/asr).
+    mark_complete: float | None = 0.8
+    mark_incomplete: float | None = 0.5
+    # The speculation heard nothing (the unsure gate or Whisper gave no text) though the VAD heard
+    # speech: ending here would speak nothing and leave what follows as a sentence without its start,
+    # so hold (the first half of "The cabbage juice changes color ... depending on" came back empty).
+    # On: 2 of 15 spliced hesitations had an empty speculation; no real end of the tuning set had one.
+    empty_holds: bool = True
     # A transcript shorter than this says nothing about completeness (a lone "Yes." is left to the model).
     min_words: int = 2
     # The speaker's within-utterance pauses: fallback hangover = clamp(mean + alpha * deviation,
-    # the endpointer's hangover, max_pause_ms), once min_pauses pauses were seen. alpha 2 (vs 0, 1):
-    # 4/15 talk-over instead of 5-7/15; without a turn model it alone holds 14/15 hesitations at a
-    # mean wait of 885 ms.
+    # the endpointer's hangover, max_pause_ms), once min_pauses pauses were seen. alpha 2 (vs 0):
+    # one natural pause fewer cut for +5 ms mean wait with fresh statistics per clip; with them carried
+    # over (one speaker) it alone, without the turn model, holds 14/15 hesitations at ~900 ms mean wait.
     pause_alpha: float = 2.0
     pause_memory: int = 20  # pauses: time constant of the running mean and deviation (not tuned)
     min_pauses: int = 3  # not tuned
@@ -137,6 +160,13 @@ class TurnOptions:
             raise ValueError(f"model_at_ms must be increasing positive pause lengths, got {self.model_at_ms}")
         if self.min_words < 1 or self.pause_memory < 1 or self.min_pauses < 1:
             raise ValueError("min_words, pause_memory and min_pauses must be >= 1")
+        for name in ("mark_complete", "mark_incomplete"):
+            v = getattr(self, name)
+            if v is not None and not 0.0 <= v <= 1.0:
+                raise ValueError(f"{name} must be a probability or None, got {v}")
+        if (self.mark_complete is not None and self.mark_incomplete is not None
+                and self.mark_incomplete > self.mark_complete):
+            raise ValueError(f"need mark_incomplete <= mark_complete, got {self.mark_incomplete} and {self.mark_complete}")
         if self.pause_alpha < 0:
             raise ValueError(f"pause_alpha must be >= 0, got {self.pause_alpha}")
 
@@ -179,12 +209,17 @@ class TurnPolicy:
     def _forget(self) -> None:
         self.text: TextEvidence = TextEvidence("none", "no text")
         self.p_complete: float | None = None
+        self.mark: float | None = None
         self._words = 0
+        self._spoken = False
 
-    def note_text(self, text: str, lang: str) -> None:
-        """The speculative transcript of the utterance up to this pause."""
+    def note_text(self, text: str, lang: str, end_mark_prob: float = float("nan")) -> None:
+        """The speculative transcript of the utterance up to this pause, and Whisper's probability
+        that a sentence-final mark ends it (NaN: not known)."""
         self.text = text_evidence(text, lang)
         self._words = len(text.split())
+        self._spoken = True  # a speculation ran (its text may be empty)
+        self.mark = None if math.isnan(end_mark_prob) else float(end_mark_prob)
 
     def note_turn(self, p_complete: float) -> None:
         """The end-of-turn model's latest probability that the turn is complete."""
@@ -219,10 +254,16 @@ class TurnPolicy:
         p = self.p_complete
         text = self.text
         enough = self._words >= o.min_words
-        why = (f"p={p:.2f}, " if p is not None else "") + text.why
+        m = self.mark
+        why = (f"p={p:.2f}, " if p is not None else "") + (f"mark={m:.2f}, " if m is not None else "") + text.why
         unmarked = o.unmarked_holds and text.verdict == "unknown" and enough
-        if text.verdict == "incomplete" or unmarked or (p is not None and p < o.incomplete_probability):
+        fragment = m is not None and o.mark_incomplete is not None and m < o.mark_incomplete and enough
+        fragment = fragment or (o.empty_holds and text.verdict == "none" and self._spoken)
+        if (text.verdict == "incomplete" or unmarked or fragment
+                or (p is not None and p < o.incomplete_probability)):
             return Decision("incomplete", o.max_pause_ms, why)
+        if m is not None and o.mark_complete is not None and m >= o.mark_complete and enough:
+            return Decision("complete", o.complete_after_ms, why)
         if p is not None:
             if p >= o.complete_probability and (text.verdict in ("complete", "none") or not o.final_mark_required):
                 return Decision("complete", o.complete_after_ms, why)

@@ -157,3 +157,49 @@ def test_an_unmarked_transcript_holds_when_asked():
     q = policy(unmarked_holds=False)
     q.note_text("fellow wrestlers also pay tribute", "en")
     assert q.decide().reason == "hangover"
+
+
+def test_whispers_end_mark_probability_ends_or_holds_when_asked():
+    p = policy(mark_complete=0.9, mark_incomplete=0.5, max_pause_ms=1024, complete_after_ms=64)
+    p.note_text("He could wait no longer.", "en", 0.97)
+    d = p.decide()
+    assert (d.reason, d.end_at_ms) == ("complete", 64) and "mark=0.97" in d.why
+    p.note_text("Due to the slow communication.", "en", 0.31)  # a period Whisper was unsure of
+    assert p.decide() == Decision("incomplete", 1024, p.decide().why)
+    p.note_text("Due to the slow communication.", "en", 0.7)  # between the two: the other evidence decides
+    assert p.decide().reason == "hangover"
+    p.note_text("He could wait no longer.", "en", float("nan"))  # no verdict from the decoder
+    assert p.decide().reason == "hangover"
+    p.note_text("Longer.", "en", 0.99)  # one word is not trusted either way
+    assert p.decide().reason == "hangover"
+    p.note_text("He went to the.", "en", 0.99)  # a trailing "the" holds whatever the mark says
+    assert p.decide().reason == "incomplete"
+
+
+def test_the_end_mark_is_forgotten_at_a_new_pause_and_unused_by_default():
+    p = policy(mark_complete=0.9)
+    p.note_text("He could wait no longer.", "en", 0.97)
+    p.pause_started()
+    assert p.mark is None and p.decide().reason == "hangover"
+    q = policy(mark_complete=None, mark_incomplete=None)
+    q.note_text("He could wait no longer.", "en", 0.01)
+    assert q.decide().reason == "hangover"
+
+
+@pytest.mark.parametrize("kw", [dict(mark_complete=1.5), dict(mark_incomplete=-0.1),
+                                dict(mark_complete=0.5, mark_incomplete=0.8)])
+def test_bad_end_mark_options_are_named(kw):
+    with pytest.raises(ValueError, match="mark_"):
+        TurnOptions(**kw)
+
+
+def test_an_empty_speculation_holds_the_pause_when_asked():
+    p = policy(empty_holds=True, max_pause_ms=1024, complete_probability=0.9)
+    p.note_turn(0.99)
+    assert p.decide().reason == "complete"  # no speculation ran: the model decides
+    p.note_text("", "en")  # the speculation ran and heard nothing
+    assert p.decide() == Decision("incomplete", 1024, p.decide().why)
+    q = policy(empty_holds=False, complete_probability=0.9)
+    q.note_turn(0.99)
+    q.note_text("", "en")
+    assert q.decide().reason == "complete"

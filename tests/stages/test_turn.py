@@ -18,26 +18,9 @@ from edge_rt.stages import protocols
 from edge_rt.stages.turn import FRAMES, WINDOW_SAMPLES, SmartTurn
 from edge_rt.stages.vad import SileroVad
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME
+from tests.stages.cuts import MID_SENTENCE, PAUSE, speech_end
 
 FEATURES = "pipecat/audio/turn/smart_turn/_whisper_features.py"
-PAUSE = np.zeros(int(0.15 * SAMPLE_RATE), np.float32)  # 150 ms of silence after the last word heard
-
-# Cuts inside a sentence at a word boundary, after a word that cannot end an English sentence
-# (determiner, preposition, conjunction, auxiliary). Found by cutting at the quietest 20 ms between
-# words and transcribing the prefix with the tiny pack's Whisper; every such cut on these clips
-# is listed (cuts inside a word or after a word that may end a sentence were left out).
-MID_SENTENCE = [
-    ("en_librispeech_1089-134686-0000", 1.33, "he hoped there would"),
-    ("en_librispeech_1089-134686-0000", 3.25, "... stew for dinner turnips and"),
-    ("en_librispeech_1089-134686-0000", 4.01, "... turnips and carrots and"),
-    ("en_librispeech_1089-134691-0001", 1.57, "for a full hour he had"),
-    ("en_librispeech_1995-1837-0001", 3.19, "... sorrow of his life it was not"),
-    ("en_librispeech_1995-1837-0001", 4.39, "... so much the loss of the"),
-    ("en_fleurs_1675", 7.01, "... even in the middle of"),
-    ("en_fleurs_1938", 5.69, "... including separating the"),
-    ("en_fleurs_1846", 2.39, "the aspect ratio of this"),
-    ("en_fleurs_1846", 4.19, "... format dividing by"),
-]
 
 
 @pytest.fixture(scope="module")
@@ -72,12 +55,6 @@ def _upstream_window(audio: np.ndarray) -> np.ndarray:
     """The last 8 s, zero-padded at the front: Smart Turn's ``truncate_audio_to_last_n_seconds``."""
     x = audio[-WINDOW_SAMPLES:]
     return np.pad(x, (WINDOW_SAMPLES - len(x), 0))
-
-
-def _speech_end(vad, audio: np.ndarray) -> int:
-    """Sample index just after the last 32-ms frame the VAD calls speech."""
-    frames = np.flatnonzero(vad.probabilities(audio) > 0.5)
-    return int(frames[-1] + 1) * VAD_FRAME
 
 
 @pytest.mark.parametrize("clip,seconds", [("en_jfk", None), ("en_jfk", 3.0), ("en_fleurs_luna", None),
@@ -119,7 +96,7 @@ def test_complete_sentences_score_high_and_cuts_mid_sentence_low(turn, vad, spee
     complete = {}
     for clip in english_clips:
         audio = read_audio(speech_dir / clip["audio"])
-        complete[clip["id"]] = turn.probability(np.concatenate([audio[: _speech_end(vad, audio)], PAUSE]))
+        complete[clip["id"]] = turn.probability(np.concatenate([audio[: speech_end(vad, audio)], PAUSE]))
     mid = {}
     for clip, seconds, said in MID_SENTENCE:
         audio = read_audio(speech_dir / f"{clip}.wav")

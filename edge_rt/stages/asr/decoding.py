@@ -158,15 +158,24 @@ class SuppressBlank:
 
 
 class GreedyDecoder:
-    """Argmax; accumulates the log-probability of every pick, ``<|endoftext|>`` included."""
+    """Argmax; accumulates the log-probability of every pick, ``<|endoftext|>`` included.
 
-    def __init__(self, eot: int):
+    With ``marks`` (token ids of sentence-final marks) it also keeps, for the last pick, the
+    probability mass the model put on ending the sentence there (:attr:`mark_mass`).
+    """
+
+    def __init__(self, eot: int, marks: np.ndarray | None = None):
         self.eot = eot
         self.sum_logprob = 0.0
+        self.marks = marks
+        self.mark_mass = float("nan")
 
     def pick(self, logits: np.ndarray) -> int:
         token = int(logits.argmax())
-        self.sum_logprob += float(log_softmax(logits)[token])
+        logp = log_softmax(logits)
+        self.sum_logprob += float(logp[token])
+        if self.marks is not None and len(self.marks):
+            self.mark_mass = float(np.exp(logp[self.marks]).sum())
         return token
 
 
@@ -201,6 +210,12 @@ class WindowResult:
     no_speech_prob: float  # P(<|nospeech|>) at the <|startoftranscript|> step
     language: str
     language_prob: float
+    # P(a sentence-final mark) where the text ends: at the step that picked the last text token when
+    # that token is a final mark ("." / "?" / ...), else at the step that picked <|endoftext|>. Whisper
+    # ends most fragments with a period, but with less of its mass than it gives a finished sentence's
+    # (the turn policy's evidence). NaN: no verdict (no final-mark ids, no text, or the decode was cut at
+    # the token limit or a repetition loop).
+    end_mark_prob: float = float("nan")
 
     @property
     def avg_logprob(self) -> float:
@@ -216,6 +231,7 @@ class Vocabulary:
     language_ids: Sequence[int]  # empty for English-only models
     languages: Sequence[str]  # codes, in the order of ``language_ids``; ("en",) for English-only
     sot_prev: int = -1  # <|startofprev|>: starts the previous text a window is conditioned on (-1: none)
+    final_marks: Sequence[int] = ()  # ids of sentence-final marks (".", "?", "!", "。", ...), for end_mark_prob
 
 
 class PromptFn(Protocol):
@@ -303,7 +319,9 @@ class DecodingTask:
         """
         logits, no_speech, language, language_prob, start = self._prompt(prompt_for, language, previous,
                                                                           previous_language)
-        decoder, tokens = GreedyDecoder(self.vocab.eot), []
+        marks = np.asarray(self.vocab.final_marks, np.int64)
+        decoder, tokens = GreedyDecoder(self.vocab.eot, marks), []
+        end_mark, mark_ids, ended = float("nan"), set(self.vocab.final_marks), False
         for n in range(self.max_new_tokens):
             if n:
                 logits = self.inference.step(tokens[-1], start + n - 1)
@@ -311,10 +329,17 @@ class DecodingTask:
                 f.apply(logits, n)
             token = decoder.pick(logits)
             if token == self.vocab.eot:
+                ended = True
+                if n and tokens[-1] not in mark_ids:  # ended without a mark: how close it came to one
+                    end_mark = decoder.mark_mass
                 break
             tokens.append(token)
+            if token in mark_ids:
+                end_mark = decoder.mark_mass
             cut = repeated_tail(tokens)
             if cut:  # a repetition loop: keep one copy and stop
                 del tokens[-cut:]
                 break
-        return WindowResult(tuple(tokens), decoder.sum_logprob, no_speech, language, language_prob)
+        if not ended:
+            end_mark = float("nan")  # cut at the token limit or a repetition loop: no verdict
+        return WindowResult(tuple(tokens), decoder.sum_logprob, no_speech, language, language_prob, end_mark)

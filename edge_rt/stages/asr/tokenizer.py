@@ -127,6 +127,11 @@ class WhisperTokenizer:
         ids.update([s.transcribe, s.translate, s.sot, s.sot_prev, s.sot_lm, s.no_speech])
         return sorted(ids)
 
+    def final_mark_tokens(self) -> list[int]:
+        """Ids of the sentence-final marks that are one token each (".", "?", "!" and the CJK full-width ones)."""
+        ids = (self.encode(m) for m in (".", "?", "!", "。", "？", "！"))
+        return sorted({t[0] for t in ids if len(t) == 1})
+
     def blank_tokens(self) -> list[int]:
         """Suppressed at the first sampled position: a lone space and ``<|endoftext|>``."""
         return [*self.encode(" "), self.special.eot]

@@ -104,6 +104,9 @@ class AsrResult:
     tokens: tuple[int, ...] = field(repr=False)  # text token ids of every kept window
     bucket_s: int  # encoder window of the (last) window, seconds
     windows: int = 1  # 30-s windows decoded
+    # Whisper's probability of a sentence-final mark where the text ends (last kept window; NaN: no
+    # verdict): see WindowResult.end_mark_prob. The turn policy's evidence that a sentence is done.
+    end_mark_prob: float = float("nan")
 
 
 def compression_ratio(text: str) -> float:
@@ -125,7 +128,8 @@ class Asr:
         if options.bucket_s is not None and options.bucket_s not in self.buckets_s:
             raise ValueError(f"AsrOptions.bucket_s={options.bucket_s} is not a bucket of this pack: {self.buckets_s}")
         s = tokenizer.special
-        vocab = Vocabulary(s.eot, s.no_speech, tokenizer.language_ids, tokenizer.languages, s.sot_prev)
+        vocab = Vocabulary(s.eot, s.no_speech, tokenizer.language_ids, tokenizer.languages, s.sot_prev,
+                           tuple(tokenizer.final_mark_tokens()))
         filters = [SuppressTokens(np.asarray(tokenizer.suppress_tokens(options.suppress_tokens), np.int64))]
         if options.suppress_blank:
             filters.insert(0, SuppressBlank(np.asarray(tokenizer.blank_tokens(), np.int64)))
@@ -290,6 +294,7 @@ class Asr:
             tokens=tuple(t for w in kept for t in w.result.tokens),
             bucket_s=windows[-1].bucket_s,
             windows=len(windows),
+            end_mark_prob=kept[-1].result.end_mark_prob if kept else float("nan"),
         )
 
 
