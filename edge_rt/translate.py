@@ -26,6 +26,7 @@ from edge_rt.units import SAMPLE_RATE
 class TranslateOptions:
     target: str  # language to speak: "en" or "pt" with the default pack
     source: str | None = None  # None: Whisper detects the language of each utterance
+    languages: tuple[str, ...] | None = None  # as LoopOptions.languages: what detection chooses among
     endpoint: EndpointOptions = field(default_factory=EndpointOptions)
     turn: TurnOptions | None = field(default_factory=TurnOptions)  # as LoopOptions.turn
 
@@ -56,6 +57,7 @@ def translate_audio(stages: Stages, audio: np.ndarray, options: TranslateOptions
     rate = stages.tts.sample_rate(options.target) if options.target in stages.tts.languages else SAMPLE_RATE
     sink = TimelineSink(rate, now_s=lambda: source.ring.read_index / SAMPLE_RATE)
     loop = Loop(stages, source, sink, LoopOptions(target=options.target, source=options.source,
+                                                  languages=options.languages,
                                                   endpoint=options.endpoint, partials=False,
                                                   turn=options.turn))
     traces = loop.run()

@@ -62,6 +62,21 @@ def test_unknown_source_language(default_pack, speech_dir, tmp_path):
     _no_traceback(proc)
 
 
+def test_several_source_languages_are_detected_among(default_pack, speech_dir, tmp_path):
+    from edge_rt.cli.speech import _sources
+
+    assert _sources(None) == (None, None) and _sources("en") == ("en", None)
+    assert _sources("en, de,en") == (None, ("en", "de"))
+    proc = run_cli("translate", str(speech_dir / "en_jfk.wav"), "--to", "pt", "--from", "en,qq",
+                   "-o", str(tmp_path / "o.wav"))
+    assert proc.returncode == 2 and "'qq'" in proc.stderr
+    _no_traceback(proc)
+    proc = run_cli("translate", str(speech_dir / "en_jfk.wav"), "--to", "pt", "--from", "de,fr", "--json",
+                   "-o", str(tmp_path / "o.wav"))
+    assert proc.returncode == 0, proc.stderr
+    assert {u["lang"] for u in json.loads(proc.stdout)["utterances"]} <= {"de", "fr"}  # only what was allowed
+
+
 @pytest.fixture(scope="module")
 def back_asr(default_pack):
     return Asr.from_pack(default_pack, engines=OrtEngines(default_pack))

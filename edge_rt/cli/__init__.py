@@ -73,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("translate", help="translate the speech in an audio file into a WAV of translated speech")
     t.add_argument("input", help="audio file (any format/rate/channels libsndfile reads)")
     t.add_argument("--to", required=True, help="target language (en or pt with the default pack)")
-    t.add_argument("--from", dest="source", default=None, help="source language (default: detect)")
+    t.add_argument("--from", dest="source", default=None,
+                   help="source language, or several (en,de): detect among them only (default: detect any)")
     t.add_argument("-o", "--output", default=None, help="output WAV (default: <input>.<to>.wav)")
     t.add_argument("--json", action="store_true", help="print utterances and output path as JSON")
     _add_pack_args(t)
@@ -81,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="live: translate the microphone into the headset")
     r.add_argument("--to", required=True, help="target language (en or pt with the default pack)")
-    r.add_argument("--from", dest="source", default=None, help="source language (default: detect)")
+    r.add_argument("--from", dest="source", default=None,
+                   help="source language, or several (en,de): detect among them only (default: detect any)")
     r.add_argument("--device-in", default=None, help="capture device: index or part of its name (edge-rt devices)")
     r.add_argument("--device-out", default=None, help="playback device: index or part of its name")
     r.add_argument("--rate-in", type=int, default=None, help="capture rate (default: the device's)")

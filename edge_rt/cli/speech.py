@@ -12,6 +12,14 @@ from edge_rt.cli.common import _say_backend, _show_caption, _stage_options
 from edge_rt.errors import EdgeRtError
 
 
+def _sources(value: str | None) -> tuple[str | None, tuple[str, ...] | None]:
+    """``--from``: one code (the source), several separated by commas (detect among them), or none."""
+    codes = tuple(dict.fromkeys(c.strip() for c in (value or "").split(",") if c.strip()))
+    if len(codes) <= 1:
+        return (codes[0] if codes else None), None
+    return None, codes
+
+
 def _cmd_translate(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -28,7 +36,9 @@ def _cmd_translate(args: argparse.Namespace) -> int:
     load_s = time.perf_counter() - t0
     _say_backend(console, pipe)
     t1 = time.perf_counter()
-    utts, track, rate = translate_audio(stages, audio, TranslateOptions(target=args.to, source=args.source))
+    spoken, languages = _sources(args.source)
+    utts, track, rate = translate_audio(stages, audio, TranslateOptions(target=args.to, source=spoken,
+                                                                        languages=languages))
     write_audio(out, track, rate)
     run_s = time.perf_counter() - t1
     if args.json:
@@ -86,7 +96,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     sink = DeviceSink(args.device_out, rate=args.rate_out, backend=args.audio_backend)
     trace = TraceWriter(args.trace) if args.trace else None
     captions = Captions(_show_caption(Console()))
-    options = LoopOptions(target=args.to, source=args.source, endpoint=EndpointOptions(hangover_ms=args.hangover_ms),
+    spoken, languages = _sources(args.source)
+    options = LoopOptions(target=args.to, source=spoken, languages=languages,
+                          endpoint=EndpointOptions(hangover_ms=args.hangover_ms),
                           frontend=FrontEndOptions() if args.loudspeaker else None,
                           barge_in=args.barge_in or ("duck" if args.loudspeaker else "continue"))
     recording = None

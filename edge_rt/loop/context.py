@@ -66,11 +66,14 @@ class AsrContext:
     prompt: Prompt | None = None
     follows: bool = False  # the utterance continues one heard within ``within_s`` (a hesitation, not babble)
 
-    def transcribe_kwargs(self, source: str | None) -> dict:
-        """Keywords for ``Asr.transcribe``: ``language`` (the given source wins) and ``prompt`` if any."""
+    def transcribe_kwargs(self, source: str | None, languages: tuple[str, ...] | None = None) -> dict:
+        """Keywords for ``Asr.transcribe``: ``language`` (the given source wins), ``prompt`` if any, and
+        the ``languages`` detection chooses among (when it detects)."""
         kw: dict = {"language": source if source is not None else self.language}
         if self.prompt is not None:
             kw["prompt"] = self.prompt
+        if source is None and languages is not None:
+            kw["languages"] = languages
         return kw
 
 

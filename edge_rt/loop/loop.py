@@ -108,6 +108,9 @@ class Loop:
         # Fail now, not on the first utterance.
         if options.source is not None:
             stages.route(options.source, options.target)
+        elif options.languages is not None:
+            for lang in options.languages:  # an unknown code or a language with no route, named now
+                stages.route(lang, options.target)
         elif options.target not in stages.targets():
             raise UnsupportedLanguageError(f"cannot translate into {options.target!r}: this pack translates "
                                            f"into {', '.join(stages.targets())}")
@@ -329,8 +332,10 @@ class Loop:
             return
         audio = self._level(self.history.slice(utt.trace.start_sample, now))
         try:
-            language = self._context.at(utt.trace.start_sample).transcribe_kwargs(self.options.source)["language"]
-            result = self.stages.asr.transcribe(audio, language=language)
+            context = self._context.at(utt.trace.start_sample)
+            kw = context.transcribe_kwargs(self.options.source, self.options.languages)
+            kw.pop("prompt", None)  # captions only: no context prompt
+            result = self.stages.asr.transcribe(audio, **kw)
         except Exception as e:  # noqa: BLE001 - captions only: the final decode decides and reports
             self.errors.append(f"utterance {utt.trace.utterance} partial: {type(e).__name__}: {e}")
             utt.next_partial = sys.maxsize  # no more partials for this utterance

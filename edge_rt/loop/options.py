@@ -20,6 +20,9 @@ __all__ = ["LoopOptions"]
 class LoopOptions:
     target: str  # language to speak
     source: str | None = None  # None: detect per utterance
+    # With source None: the languages people speak to this device; detection chooses among them only
+    # (in noise Whisper detects Arabic or Vietnamese in English fragments: see README, Noise). None: any.
+    languages: tuple[str, ...] | None = None
     endpoint: EndpointOptions = field(default_factory=EndpointOptions)
     partials: bool = True  # re-decode the growing utterance for live captions and the stable prefix
     partial_interval_ms: int = 960  # how often a partial is decoded
@@ -62,6 +65,8 @@ class LoopOptions:
     def __post_init__(self):
         if self.barge_in not in BARGE_IN:
             raise ValueError(f"barge_in must be one of {', '.join(BARGE_IN)}, got {self.barge_in!r}")
+        if self.languages is not None and (not self.languages or isinstance(self.languages, str)):
+            raise ValueError(f"languages must be a non-empty tuple of codes or None, got {self.languages!r}")
         if self.partial_interval_ms < 100:
             raise ValueError(f"partial_interval_ms must be >= 100, got {self.partial_interval_ms}")
         if self.unsure is not None and not (0 <= self.unsure[0] < 1 and self.unsure[1] < 0):

@@ -77,7 +77,8 @@ def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int,
     decodes it after the first translated clause is on its way (``source_pending``).
     """
     target = options.target
-    first = stages.asr.transcribe(audio, task=asr_task(stages, target), **context.transcribe_kwargs(options.source))
+    first = stages.asr.transcribe(audio, task=asr_task(stages, target),
+                                  **context.transcribe_kwargs(options.source, options.languages))
     heard = first.text.strip()
     unsure = options.unsure
     # The babble rule is for speech out of nowhere. A fragment that follows speech within a few seconds (the

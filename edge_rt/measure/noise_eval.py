@@ -43,7 +43,8 @@ from edge_rt.measure.noise import NoiseOptions, NoisyMix, noisy_mixes
 from edge_rt.measure.scoring import wer
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME
 
-__all__ = ["NoiseEvalOptions", "evaluate_noise", "segment", "frames_of", "vad_counts", "f1", "invented"]
+__all__ = ["NoiseEvalOptions", "evaluate_noise", "noise_clips", "segment", "frames_of", "vad_counts", "f1",
+           "invented"]
 
 TAIL_S = 1.0  # FastFileSource's default tail of silence: the offline segmentation sees it too
 WER_LANG = "en"
@@ -276,7 +277,8 @@ def _summary(rows: list[dict], peer: bool) -> dict:
     return out
 
 
-def _load(options: NoiseEvalOptions) -> tuple[list[dict], dict[str, np.ndarray]]:
+def noise_clips(options: NoiseEvalOptions) -> tuple[list[dict], dict[str, np.ndarray]]:
+    """The chosen clips (manifest entries) and every clip's audio by id (the babble pool)."""
     from edge_rt.measure.bench import BenchOptions, load_clips
 
     every = load_clips(BenchOptions(pack=options.pack, speech_dir=options.speech_dir))
@@ -364,7 +366,7 @@ def evaluate_noise(options: NoiseEvalOptions, log: Callable[[dict], None] = lamb
 
     for fe in options.frontends:
         loop_options("en", None, options, fe)  # a bad front end or override fails before anything loads
-    clips, pool = _load(options)
+    clips, pool = noise_clips(options)
     pack = BuiltPack.load(options.pack)
     stages = load_stages(pack, StageOptions(precision=options.precision, threads=options.threads,
                                             backend=options.backend))

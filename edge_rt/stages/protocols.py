@@ -56,10 +56,12 @@ class Asr(Protocol):
     def multilingual(self) -> bool: ...
 
     def transcribe(self, audio: np.ndarray, *, language: str | Callable[[str, float], str] | None = None,
-                   task: str | Callable[[str], str] = "transcribe", prompt: "str | Prompt | None" = None) -> "AsrResult":
+                   task: str | Callable[[str], str] = "transcribe", prompt: "str | Prompt | None" = None,
+                   languages: "Sequence[str] | None" = None) -> "AsrResult":
         """float32 [n] mono 16 kHz -> text, language and decoding statistics. ``language``: a code, None
         (detect) or a function of the detected (code, probability); ``prompt``: previous text to
-        condition on (optional: None is what a model without context support gets)."""
+        condition on (optional: None is what a model without context support gets); ``languages``:
+        the codes detection chooses among (None: any)."""
         ...
 
 

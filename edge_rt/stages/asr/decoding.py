@@ -247,11 +247,15 @@ class LanguageChooser(Protocol):
         ...
 
 
-def detect_language(sot_logits: np.ndarray, vocab: Vocabulary) -> tuple[str, float]:
-    """Most likely language from the ``<|startoftranscript|>`` logits (softmax over language tokens only)."""
-    probs = softmax(sot_logits[np.asarray(vocab.language_ids)])
+def detect_language(sot_logits: np.ndarray, vocab: Vocabulary,
+                    candidates: Sequence[str] | None = None) -> tuple[str, float]:
+    """Most likely language from the ``<|startoftranscript|>`` logits (softmax over language tokens
+    only; over the ``candidates`` codes' tokens only when given: the languages a device expects)."""
+    index = range(len(vocab.languages)) if not candidates else [vocab.languages.index(c) for c in candidates]
+    ids = np.asarray([vocab.language_ids[i] for i in index])
+    probs = softmax(sot_logits[ids])
     best = int(probs.argmax())
-    return vocab.languages[best], float(probs[best])
+    return vocab.languages[list(index)[best]], float(probs[best])
 
 
 @dataclass(frozen=True)
@@ -264,7 +268,8 @@ class DecodingTask:
     max_new_tokens: int
 
     def _prompt(self, prompt_for: PromptFn, language: "str | LanguageChooser | None", previous: Sequence[int],
-                previous_language: str | None) -> tuple[np.ndarray, float, str, float, int]:
+                previous_language: str | None, candidates: Sequence[str] | None = None
+                ) -> tuple[np.ndarray, float, str, float, int]:
         """Feed the start sequence; returns (last logits, P(no speech), language, its detection
         probability, the position of the first text token).
 
@@ -289,7 +294,7 @@ class DecodingTask:
         detected, language_prob, sot_logits = vocab.languages[0], 1.0, None
         if detect:
             sot_logits = step(sot, 0)
-            detected, language_prob = detect_language(sot_logits, vocab)
+            detected, language_prob = detect_language(sot_logits, vocab, candidates)
         if isinstance(language, str):
             chosen = language
         elif language is not None and vocab.language_ids:
@@ -310,15 +315,17 @@ class DecodingTask:
         return logits, no_speech, chosen, language_prob, len(prefix) + len(sequence)
 
     def run(self, prompt_for: PromptFn, language: "str | LanguageChooser | None",
-            previous: Sequence[int] = (), previous_language: str | None = None) -> WindowResult:
+            previous: Sequence[int] = (), previous_language: str | None = None,
+            candidates: Sequence[str] | None = None) -> WindowResult:
         """Decode the window last passed to ``inference.encode``.
 
         ``language``: a code, None (detect), or a :class:`LanguageChooser` of the detected language.
         ``previous``: text tokens to condition on when the window is in ``previous_language`` (None:
         always); the caller bounds them (see :class:`~edge_rt.stages.asr.whisper.AsrOptions`).
+        ``candidates``: the language codes detection chooses among (None: all the model's).
         """
         logits, no_speech, language, language_prob, start = self._prompt(prompt_for, language, previous,
-                                                                          previous_language)
+                                                                          previous_language, candidates)
         marks = np.asarray(self.vocab.final_marks, np.int64)
         decoder, tokens = GreedyDecoder(self.vocab.eot, marks), []
         end_mark, mark_ids, ended = float("nan"), set(self.vocab.final_marks), False

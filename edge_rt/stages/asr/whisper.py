@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import zlib
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple, TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -194,7 +194,8 @@ class Asr:
         return next((b for b in self.buckets_s if bucket_frames(b) >= frames), self.buckets_s[-1])
 
     def transcribe(self, audio: np.ndarray, *, language: str | LanguageChooser | None = None,
-                   task: str | Callable[[str], str] = "transcribe", prompt: str | Prompt | None = None) -> AsrResult:
+                   task: str | Callable[[str], str] = "transcribe", prompt: str | Prompt | None = None,
+                   languages: Sequence[str] | None = None) -> AsrResult:
         """Recognise one utterance.
 
         Args:
@@ -212,6 +213,9 @@ class Asr:
                 with a language is used only when the audio is decoded in that language (Whisper
                 copies text of another language instead of transcribing). Later 30-s windows are
                 conditioned on the window before them instead. None or "": none.
+            languages: when the language is detected, the codes it is chosen among (the languages
+                people speak to this device; a kiosk in noise otherwise hears Arabic in an English
+                fragment). None: any of the model's.
 
         Returns:
             The joined text of every window not judged silent, with decoding statistics.
@@ -221,6 +225,7 @@ class Asr:
             AudioInputError: audio is not a finite 1-D float array.
         """
         self._check_request(language, task)
+        candidates = self._candidates(languages)
         audio = _check_audio(audio)
         if callable(language):
             language = self._checked(language)
@@ -241,7 +246,7 @@ class Asr:
             frames_b = bucket_frames(bucket)
             self._inference.encode(melmod.window(mel, start, frames_b, out=self._inference.mel_buffer(frames_b)))
             r = self._task.run(lambda lang: self.tokenizer.prompt(lang, _resolve(task, lang, self.multilingual)),
-                               language, previous, previous_language)
+                               language, previous, previous_language, candidates)
             if not isinstance(language, str):
                 language = r.language  # later windows keep the first window's language
             if previous:  # a later window follows this one's text, as Whisper's condition_on_previous_text
@@ -249,6 +254,16 @@ class Asr:
             text = self.tokenizer.decode(r.tokens).strip()
             windows.append(_Window(r, bucket, text, silent=self._is_silent(r, text)))
         return self._combine(windows)
+
+    def _candidates(self, languages: Sequence[str] | None) -> tuple[str, ...] | None:
+        """``languages`` checked against the model's (None when every language may be detected)."""
+        if languages is None or not self.multilingual:
+            return None
+        bad = [c for c in languages if c not in self.languages]
+        if bad or not languages:
+            raise UnsupportedLanguageError(f"languages to detect among must be codes of this model, got "
+                                           f"{list(languages)}; valid codes: {', '.join(self.languages)}")
+        return tuple(dict.fromkeys(languages))
 
     def _checked(self, choose: LanguageChooser) -> LanguageChooser:
         """``choose`` raising, with the valid codes, when it returns a language the model lacks."""

@@ -353,3 +353,24 @@ def test_end_mark_probability_tells_finished_sentences_from_cuts(asr, default_pa
 def test_end_mark_probability_is_nan_without_a_verdict(asr):
     silent = asr.transcribe(np.zeros(SAMPLE_RATE, np.float32))
     assert silent.text == "" and np.isnan(silent.end_mark_prob)
+
+
+def test_detection_among_given_languages_only():
+    """detect_language over a subset: the softmax is taken over the candidates' tokens alone."""
+    from edge_rt.stages.asr.decoding import Vocabulary, detect_language
+
+    vocab = Vocabulary(eot=0, no_speech=1, language_ids=[10, 11, 12], languages=["en", "ar", "de"])
+    logits = np.zeros(20, np.float32)
+    logits[[10, 11, 12]] = [1.0, 3.0, 0.0]
+    assert detect_language(logits, vocab)[0] == "ar"
+    lang, p = detect_language(logits, vocab, ["en", "de"])
+    assert lang == "en" and p == pytest.approx(np.e / (np.e + 1))
+
+
+def test_languages_to_detect_among_are_checked(asr, tiny_asr, clips):
+    audio = clips["en_jfk"][1][: 3 * SAMPLE_RATE]
+    with pytest.raises(UnsupportedLanguageError, match="valid codes"):
+        asr.transcribe(audio, languages=["en", "xx"])
+    r = asr.transcribe(audio, languages=["de", "fr"])  # English speech, only German or French allowed
+    assert r.language in ("de", "fr")
+    assert tiny_asr.transcribe(audio, languages=["en"]).language == "en"  # English-only: nothing to choose
