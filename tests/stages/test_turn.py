@@ -17,7 +17,7 @@ from edge_rt.pack import BuiltPack
 from edge_rt.stages import protocols
 from edge_rt.stages.turn import FRAMES, WINDOW_SAMPLES, SmartTurn
 from edge_rt.stages.vad import SileroVad
-from edge_rt.units import SAMPLE_RATE, VAD_FRAME
+from edge_rt.units import SAMPLE_RATE
 from tests.stages.cuts import MID_SENTENCE, PAUSE, speech_end
 
 FEATURES = "pipecat/audio/turn/smart_turn/_whisper_features.py"
