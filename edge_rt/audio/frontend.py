@@ -31,6 +31,7 @@ import numpy as np
 
 from edge_rt.audio.clock import CaptureClock
 from edge_rt.errors import EdgeRtError
+from edge_rt.loop.history import History
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME, VAD_FRAME_MS, exact_div
 
 __all__ = ["AEC3_LAG", "DELAY", "FRAME", "FarEnd", "FrontEnd", "FrontEndOptions"]
@@ -111,9 +112,7 @@ class FarEnd:
 
         self.clock = CaptureClock()  # 16 kHz played index <-> time heard
         self._ring = ResamplingRing(tap.ring, tap.clock, self.clock, capacity=1 << 16)
-        self._buf = np.zeros(capacity, np.float32)  # played sample i lives at i mod capacity
-        self._mask = capacity - 1
-        self._end = 0  # one past the newest played sample stored
+        self._played = History(capacity)  # played sample i, by its 16 kHz index
         self._next: int | None = None  # played index the next read continues from
         self.resyncs = 0  # times the reference was re-aligned to the clocks
         # Reference samples asked for before the sink had played them (read as silence): the device's output
@@ -126,15 +125,7 @@ class FarEnd:
             first, n = self._ring.read_into(self._chunk)
             if n == 0:
                 return
-            self._store(first, self._chunk[:n])
-
-    def _store(self, first: int, samples: np.ndarray) -> None:
-        n = len(samples)
-        start = first & self._mask
-        k = min(n, len(self._buf) - start)
-        self._buf[start : start + k] = samples[:k]
-        self._buf[: n - k] = samples[k:]
-        self._end = first + n
+            self._played.write(first, self._chunk[:n])
 
     def read(self, t_ns: int, out: np.ndarray) -> None:
         """Fill ``out`` with the samples heard from ``t_ns`` on (zeros where nothing was recorded)."""
@@ -145,17 +136,9 @@ class FarEnd:
         elif self._next is not None:
             self.resyncs += 1
         self._next = b = a + len(out)
-        lo, hi = max(a, self._end - len(self._buf), 0), min(b, self._end)
-        if hi <= lo:
-            out[:] = 0.0
-            return
-        out[: lo - a] = 0.0
-        out[hi - a :] = 0.0
-        self.late += b - max(hi, a) if b > self._end else 0
-        start = lo & self._mask
-        k = min(hi - lo, len(self._buf) - start)
-        out[lo - a : lo - a + k] = self._buf[start : start + k]
-        out[lo - a + k : hi - a] = self._buf[: hi - lo - k]
+        lo, hi = self._played.read_into(a, out)
+        if hi > lo and b > self._played.end:
+            self.late += b - max(hi, a)
 
 
 class FrontEnd:

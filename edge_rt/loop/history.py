@@ -31,6 +31,23 @@ class History:
     def _fill_zero(self, a: int, b: int) -> None:
         self._buf[np.arange(a, b) & self._mask] = 0.0  # rare: only after an overrun
 
+    def read_into(self, a: int, out: np.ndarray) -> tuple[int, int]:
+        """Fill ``out`` with samples [a, a + len(out)), zeros where none is stored (older than the buffer
+        holds, or not written yet), allocating nothing. Returns the stored span [lo, hi) that was
+        copied (hi <= lo: none)."""
+        b = a + len(out)
+        lo, hi = max(a, self.end - self.capacity, 0), min(b, self.end)
+        if hi <= lo:
+            out[:] = 0.0
+            return lo, hi
+        out[: lo - a] = 0.0
+        out[hi - a :] = 0.0
+        start = lo & self._mask
+        k = min(hi - lo, self.capacity - start)
+        out[lo - a : lo - a + k] = self._buf[start : start + k]
+        out[lo - a + k : hi - a] = self._buf[: hi - lo - k]
+        return lo, hi
+
     def slice(self, a: int, b: int) -> np.ndarray:
         """Copy of samples [a, b); the part older than the buffer holds is dropped."""
         a = max(a, self.end - self.capacity, 0)

@@ -20,9 +20,7 @@ from edge_rt.loop.stages import Stages
 from edge_rt.stages.gain import apply_gain
 from edge_rt.stages.tts.voice import TtsAudio
 
-__all__ = ["Hypothesis", "SENTENCE_END", "asr_task", "level", "recognize", "with_first_clause"]
-
-SENTENCE_END = (".", "?", "!", "。", "？", "！")
+__all__ = ["Hypothesis", "asr_task", "level", "recognize", "with_first_clause"]
 
 
 @dataclass(frozen=True)
@@ -40,10 +38,6 @@ class Hypothesis:
     speech: tuple[TtsAudio, Iterator[TtsAudio]] | None = None
     phrase: tuple | None = None  # its key in the phrase cache (PhraseCache.key), None: not cached
     end_mark_prob: float = float("nan")  # Whisper's P(sentence-final mark) where the text ends (AsrResult)
-
-    @property
-    def complete(self) -> bool:
-        return (self.text or self.translation).rstrip().endswith(SENTENCE_END)
 
 
 def level(audio: np.ndarray, options: LoopOptions) -> np.ndarray:

@@ -29,6 +29,8 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from edge_rt.stages.asr.tokenizer import SENTENCE_FINAL
+
 __all__ = ["Decision", "TurnOptions", "TurnPolicy", "TextEvidence", "text_evidence", "NOT_FINAL_WORDS"]
 
 # Words after which a sentence cannot end, per language: articles, conjunctions, prepositions,
@@ -47,7 +49,6 @@ NOT_FINAL_WORDS: dict[str, frozenset[str]] = {
     "de": frozenset("""und oder aber weil dass der die das den dem des ein eine einen einem einer eines von mit für
         im am zum zur vom beim wenn als ob sondern mein meine meinen meinem dein deine ähm äh""".split()),
 }
-SENTENCE_FINAL = (".", "?", "!", "。", "？", "！")
 CONTINUING = (",", ";", ":", "-", "–", "—", "...", "…", "、", "，", "；", "：")
 _STRIP = ".,;:!?…\"'«»“”„¿¡()[]-–—。？！，；：、"
 

@@ -33,7 +33,7 @@ import json
 import os
 import resource
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +45,8 @@ from edge_rt.loop.loop import Loop, LoopOptions
 from edge_rt.loop.stages import Stages
 from edge_rt.loop.trace import UtteranceTrace, percentiles
 from edge_rt.loop.turn_policy import TurnOptions
+from edge_rt.measure.memory import cold_start_s
+from edge_rt.measure.paused import SPEECH_THRESHOLD as ORACLE_THRESHOLD
 from edge_rt.measure.paused import PausedClip, PauseOptions, paused_clip
 from edge_rt.measure.serial import serial_turn
 from edge_rt.measure.slowdown import Slowdown
@@ -53,7 +55,6 @@ from edge_rt.pack import BuiltPack
 from edge_rt.pipeline import StageOptions, load_stages
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME
 
-ORACLE_THRESHOLD = 0.5
 STAGES = ("endpoint_wait", "asr_final", "mt", "tts_first_chunk", "playback")
 
 
@@ -234,15 +235,6 @@ def live_turn(traces: list[UtteranceTrace], clock, end: int) -> Turn:
     return Turn(latency, last, "ok")
 
 
-def cold_start_s() -> float:
-    """Seconds since this process started (for 'process start → ready to listen')."""
-    with open("/proc/self/stat") as f:
-        start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-    with open("/proc/uptime") as f:
-        uptime = float(f.read().split()[0])
-    return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
-
-
 def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a and b else None
 
@@ -293,7 +285,7 @@ def _paused_pass(stages, clips: list[dict], options: BenchOptions, log) -> dict:
     failed = [r for r in results if r.status == "failed"]
     clip_dicts = [r.as_dict() for r in results]
     return {
-        "options": {k: getattr(options.paused, k) for k in options.paused.__dataclass_fields__},
+        "options": asdict(options.paused),
         "turn_latency_ms": percentiles(r.turn_latency_ms for r in results),
         "clips_measured": sum(r.turn_latency_ms is not None for r in results),
         **turn_taking_summary(clip_dicts),

@@ -30,7 +30,7 @@ from edge_rt.audio.files import read_audio, resample
 from edge_rt.measure.bench import BenchOptions, load_clips
 from edge_rt.pipeline import StageOptions, load_stages
 from edge_rt.pack import BuiltPack
-from edge_rt.measure.scoring import NO_SPACE_LANGS, cer, normalize, wer
+from edge_rt.measure.scoring import error_rate, normalize, wer
 from edge_rt.translate import TranslateOptions, translate_audio
 
 
@@ -125,9 +125,8 @@ def evaluate_precision(pack: BuiltPack, precision: str, clips: list[dict], optio
 def _error_rates(by_lang: dict[str, tuple[list[str], list[str]]]) -> dict:
     out = {}
     for lang, (refs, hyps) in sorted(by_lang.items()):
-        metric = cer if lang in NO_SPACE_LANGS else wer
-        out[lang] = {"metric": "cer" if lang in NO_SPACE_LANGS else "wer", "n": len(refs),
-                     "value": round(100 * metric(refs, hyps, lang=lang), 2)}
+        metric, value = error_rate(refs, hyps, lang)
+        out[lang] = {"metric": metric, "n": len(refs), "value": value}
     return out
 
 

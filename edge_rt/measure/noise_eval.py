@@ -267,7 +267,7 @@ def _summary(rows: list[dict], peer: bool) -> dict:
     }
     peer_rows = [r for r in asr if "peer" in r]  # the peer runs once per mix: on the first front-end setting's rows
     if peer and peer_rows:
-        peer_en = [r for r in peer_rows if any(r is e for e in en)]
+        peer_en = [r for r in peer_rows if r["lang"] == WER_LANG]
         out["peer"] = {
             "wer": _r(100 * wer([r["reference"] for r in peer_en], [r["peer"]["text"] for r in peer_en]), 2)
             if peer_en else None,
@@ -334,7 +334,8 @@ class _Runner:
             if ref is None:  # not decoded: the endpointer-only reference
                 ref = {"endpointer_spans": offline_spans(self.stages.vad, m.clean, lo.endpoint)}
                 self._clean[(clip["id"], fe)] = ref
-            hyp_ep = offline_spans(self.stages.vad, m.audio, lo.endpoint)
+            # The endpointer-only figure is kept for runs without a front end only (see _row).
+            hyp_ep = offline_spans(self.stages.vad, m.audio, lo.endpoint) if fe == "off" else []
             loop = _loop_row(self.stages, m.audio, lo, ref) if self.decoded(clip) else None
             row = self._row(clip, m.kind, m.snr_db, fe, loop, ref["endpointer_spans"], hyp_ep)
             if self.peer is not None and loop is not None and fe == self.options.frontends[0]:

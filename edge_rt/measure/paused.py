@@ -37,7 +37,7 @@ __all__ = ["PauseOptions", "PausedClip", "pause_candidates", "room_tone", "inser
 ENERGY_HOP = SAMPLE_RATE // 100  # 160 samples: 10 ms energy frames
 DIGITAL_SILENCE = 1e-10  # mean power (-100 dBFS): below any microphone's noise floor, i.e. padding
 FALLBACK_DBFS = -75.0  # white noise for a clip with no background at all: a quiet room through a headset mic
-SPEECH_THRESHOLD = 0.5  # the bench oracle's VAD threshold (bench.ORACLE_THRESHOLD)
+SPEECH_THRESHOLD = 0.5  # the bench oracle's VAD threshold (imported there as bench.ORACLE_THRESHOLD)
 
 
 @dataclass(frozen=True)

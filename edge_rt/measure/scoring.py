@@ -13,7 +13,7 @@ from __future__ import annotations
 import unicodedata
 from typing import Sequence
 
-__all__ = ["normalize", "wer", "cer", "NO_SPACE_LANGS"]
+__all__ = ["normalize", "wer", "cer", "error_rate", "NO_SPACE_LANGS"]
 
 NO_SPACE_LANGS = frozenset({"zh", "ja", "th", "lo", "my", "yue"})  # scored by CER
 
@@ -62,3 +62,12 @@ def cer(refs: Sequence[str], hyps: Sequence[str], lang: str | None = "zh") -> fl
 
     refs, hyps = _prepare(refs, hyps, lang)
     return float(jiwer.cer(refs, hyps))
+
+
+def error_rate(refs: Sequence[str], hyps: Sequence[str], lang: str) -> tuple[str, float]:
+    """(``"wer"`` or ``"cer"``, the corpus rate in % rounded to 2 places) for ``lang``: CER for the
+    languages written without spaces (a region suffix such as ``zh-CN`` counts as its language)."""
+    no_space = lang.split("-")[0] in NO_SPACE_LANGS
+    if no_space:
+        return "cer", round(100 * cer(refs, hyps, lang), 2)
+    return "wer", round(100 * wer(refs, hyps, lang), 2)

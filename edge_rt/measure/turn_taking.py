@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from edge_rt.loop.trace import UtteranceTrace, percentiles
-from edge_rt.measure.scoring import NO_SPACE_LANGS, cer, normalize, wer
+from edge_rt.measure.scoring import error_rate, normalize
 from edge_rt.units import VAD_FRAME
 
 __all__ = ["CaptionLog", "TurnTaking", "turn_taking", "live_error_rates", "turn_taking_summary"]
@@ -102,9 +102,8 @@ def live_error_rates(rows: Iterable[tuple[str, str, str]]) -> dict[str, dict]:
             by_lang[lang][1].append(hyp)
     out = {}
     for lang, (refs, hyps) in sorted(by_lang.items()):
-        cer_lang = lang.split("-")[0] in NO_SPACE_LANGS
-        value = (cer if cer_lang else wer)(refs, hyps, lang)
-        out[lang] = {"metric": "cer" if cer_lang else "wer", "value": round(100 * value, 2), "clips": len(refs)}
+        metric, value = error_rate(refs, hyps, lang)
+        out[lang] = {"metric": metric, "value": value, "clips": len(refs)}
     return out
 
 

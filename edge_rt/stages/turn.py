@@ -31,6 +31,7 @@ WINDOW_SAMPLES = WINDOW_S * SAMPLE_RATE  # 128000 samples
 FRAMES = bucket_frames(WINDOW_S)  # 800 mel frames
 NORM_EPS = 1e-7  # variance floor of the waveform normalisation (Hugging Face's WhisperFeatureExtractor)
 MODEL = "smart_turn"
+INPUT = "input_features"  # the graph's input name (the export checks it; the manifest repeats it)
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class SmartTurn:
     input and runs (only ``log_mel``'s own temporaries are allocated per call).
     """
 
-    def __init__(self, engine: Engine, input_name: str = "input_features", output_name: str = "logits"):
+    def __init__(self, engine: Engine, input_name: str = INPUT, output_name: str = "logits"):
         names = (list(engine.input_names), list(engine.output_names))
         if names != ([input_name], [output_name]):
             raise PackNotBuiltError(f"the turn model's engine has inputs/outputs {names}, expected "
@@ -77,7 +78,7 @@ class SmartTurn:
                 f"{entry.get('sample_rate')} Hz, this edge_rt computes {FRAMES} at {SAMPLE_RATE} Hz; rebuild it "
                 f"with `{build_command(pack.name)} --force`")
         engine = engines.load("turn", MODEL, precision=options.precision, threads=options.threads)
-        return cls(engine, entry.get("input", "input_features"), entry.get("output", "logits"))
+        return cls(engine, entry.get("input", INPUT), entry.get("output", "logits"))
 
     def features(self, audio: np.ndarray) -> np.ndarray:
         """Fill and return the bound model input for ``audio`` (a view: copy it to keep it).

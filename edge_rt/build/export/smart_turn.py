@@ -22,13 +22,10 @@ import onnx
 
 from edge_rt.build.files import save_onnx
 from edge_rt.errors import PackSpecError
-from edge_rt.units import N_MELS, SAMPLE_RATE, bucket_frames
+from edge_rt.stages.turn import FRAMES, INPUT, MODEL, WINDOW_S
+from edge_rt.units import N_MELS, SAMPLE_RATE
 
 OUT = "fp32/smart_turn.onnx"
-MODEL = "smart_turn"
-INPUT = "input_features"
-WINDOW_S = 8  # the model sees the last 8 s of the utterance
-FRAMES = bucket_frames(WINDOW_S)  # 800 mel frames (10 ms hop)
 
 
 def _dims(value: onnx.ValueInfoProto) -> list:

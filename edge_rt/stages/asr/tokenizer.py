@@ -13,6 +13,9 @@ from typing import Iterable, Sequence
 from edge_rt.errors import PackNotBuiltError
 
 TASKS = ("transcribe", "translate")
+# Marks that end a sentence in Whisper's output (Latin and CJK full-width): the decoder's end-mark
+# probability and the turn policy's reading of a transcript both use these.
+SENTENCE_FINAL = (".", "?", "!", "。", "？", "！")
 
 # Symbols that are never speech: speaker tags, music notes, brackets (as OpenAI
 # Whisper's and faster-whisper's ``non_speech_tokens``; suppressed by ``suppress_tokens=(-1,)``).
@@ -128,8 +131,8 @@ class WhisperTokenizer:
         return sorted(ids)
 
     def final_mark_tokens(self) -> list[int]:
-        """Ids of the sentence-final marks that are one token each (".", "?", "!" and the CJK full-width ones)."""
-        ids = (self.encode(m) for m in (".", "?", "!", "。", "？", "！"))
+        """Ids of the :data:`SENTENCE_FINAL` marks that are one token each."""
+        ids = (self.encode(m) for m in SENTENCE_FINAL)
         return sorted({t[0] for t in ids if len(t) == 1})
 
     def blank_tokens(self) -> list[int]:
