@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from edge_rt.backends.factory import BACKENDS, BackendChoice, EngineFactory, choose_backend, engine_factory
+from edge_rt.backends.threads import limit_blas_threads
 from edge_rt.loop.stages import StageOptions, Stages
 from edge_rt.pack import BuiltPack
 
@@ -43,6 +44,7 @@ def load_stages(pack: BuiltPack, options: StageOptions = StageOptions(),
 
     if options.backend not in BACKENDS:
         raise ValueError(f"StageOptions.backend must be one of {', '.join(BACKENDS)}, not {options.backend!r}")
+    limit_blas_threads()  # numpy's BLAS threads would share the cores with the engines' (backends/threads.py)
     choice = choose_backend(pack, options.backend, environment)
     engines: EngineFactory = engine_factory(pack, choice)
     p, t, target = options.precision, options.threads, options.target

@@ -156,6 +156,21 @@ class Ring:
             self.stats.silence += len(out) - n
         return r, n
 
+    def peek_newest(self, out: np.ndarray) -> int:
+        """Copy the newest ``len(out)`` published samples into ``out`` without consuming anything;
+        returns how many were copied (fewer when fewer were ever written, 0 when the producer
+        overwrote them while they were copied). Allocation-free; for the consumer's thread."""
+        w = self._written
+        n = min(len(out), w, self.capacity)
+        start = (w - n) & self._mask
+        first = min(n, self.capacity - start)
+        out[:first] = self._buf[start : start + first]
+        if first < n:
+            out[first:n] = self._buf[: n - first]
+        if self._claimed - self.capacity > w - n:  # the producer lapped the ring meanwhile
+            return 0
+        return n
+
     def read(self, n: int) -> tuple[int, np.ndarray]:
         """Allocate and return up to ``n`` samples (for tests and tools, not the hot loop)."""
         out = np.empty(n, dtype=self._buf.dtype)

@@ -39,12 +39,14 @@ from edge_rt.loop.output import SpeechQueue
 from edge_rt.loop.overload import OverloadStats
 from edge_rt.loop.context import Context
 from edge_rt.loop.catchup import speaking_rate
+from edge_rt.loop.pause_watch import PauseWatch, speech_level
 from edge_rt.loop.phrase_cache import PhraseCache
 from edge_rt.loop.recognize import Hypothesis, level, recognize, with_first_clause
 from edge_rt.loop.stages import Stages
 from edge_rt.loop.stream import LocalAgreement
 from edge_rt.loop.trace import TracePublisher, TraceWriter, UtteranceTrace
 from edge_rt.loop.turn_policy import TurnPolicy
+from edge_rt.stages.asr.decoding import DecodeStopped
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME, VAD_FRAME_MS
 
 __all__ = ["Loop", "LoopOptions"]  # LoopOptions lives in options.py; importable from here too
@@ -105,6 +107,11 @@ class Loop:
         self._clause_trace: UtteranceTrace | None = None
         self._count = 0
         self.hops = 0
+        # A partial still decoding when a pause begins is abandoned (pause_watch.py); how many were.
+        self._pause_watch = (PauseWatch(source.ring, options.partial_stop_ms * SAMPLE_RATE // 1000,
+                                        options.partial_stop_db)
+                             if options.partials and options.partial_stop_db is not None else None)
+        self.partials_stopped = 0
         # Fail now, not on the first utterance.
         if options.source is not None:
             stages.route(options.source, options.target)
@@ -330,12 +337,18 @@ class Loop:
         if self.options.overload.skip_optional(self._capture_lag_s()):
             self.overload.partials_skipped += 1  # overloaded: partials are the first thing to go
             return
-        audio = self._level(self.history.slice(utt.trace.start_sample, now))
+        heard = self.history.slice(utt.trace.start_sample, now)
+        audio = self._level(heard)
         try:
             context = self._context.at(utt.trace.start_sample)
             kw = context.transcribe_kwargs(self.options.source, self.options.languages)
             kw.pop("prompt", None)  # captions only: no context prompt
+            if self._pause_watch is not None:  # the last second's loud frames: the level a pause falls from
+                kw["stop"] = self._pause_watch.arm(speech_level(heard[-SAMPLE_RATE:]), now)
             result = self.stages.asr.transcribe(audio, **kw)
+        except DecodeStopped:
+            self.partials_stopped += 1  # a pause began: the VAD reads the backlog, the speculation follows
+            return
         except Exception as e:  # noqa: BLE001 - captions only: the final decode decides and reports
             self.errors.append(f"utterance {utt.trace.utterance} partial: {type(e).__name__}: {e}")
             utt.next_partial = sys.maxsize  # no more partials for this utterance

@@ -110,7 +110,7 @@ class TurnOptions:
     # The longest pause held open for a sentence judged incomplete; a speaker silent this long has
     # yielded the turn whatever the evidence says. 1024 ms: same talk-over as 1280, 50 ms less mean wait.
     max_pause_ms: int = 1024
-    # Pause lengths at which the loop runs the turn model (~24 ms a call on one idle core): with the
+    # Pause lengths at which the loop runs the turn model (40-50 ms a call here, see stages/turn.py): with the
     # speculation, then again as the pause goes on. Adding 128 ms: +3 natural pauses cut, no gain.
     model_at_ms: tuple[int, ...] = (64, 192, 384, 768)
     # With no turn model, a sentence-final mark alone ends the turn (True), or only stops holding

@@ -57,11 +57,14 @@ class Asr(Protocol):
 
     def transcribe(self, audio: np.ndarray, *, language: str | Callable[[str, float], str] | None = None,
                    task: str | Callable[[str], str] = "transcribe", prompt: "str | Prompt | None" = None,
-                   languages: "Sequence[str] | None" = None) -> "AsrResult":
+                   languages: "Sequence[str] | None" = None,
+                   stop: "Callable[[], bool] | None" = None) -> "AsrResult":
         """float32 [n] mono 16 kHz -> text, language and decoding statistics. ``language``: a code, None
         (detect) or a function of the detected (code, probability); ``prompt``: previous text to
         condition on (optional: None is what a model without context support gets); ``languages``:
-        the codes detection chooses among (None: any)."""
+        the codes detection chooses among (None: any); ``stop``: asked during the decode, True abandons
+        it by raising (the loop passes it only to partial captions, and only when
+        ``LoopOptions.partial_stop_db`` is set)."""
         ...
 
 

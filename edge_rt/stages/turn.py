@@ -40,9 +40,11 @@ class TurnModelOptions:
 
     # The model ships as an INT8 Q/DQ graph, recorded under "fp32" (= as shipped); "int8" loads the same file.
     precision: str = "fp32"
-    # One call is ~24 ms on one idle core (FACTS.md; the features add ~16 ms of numpy); a second
-    # thread would be taken from ASR, which runs at the same moment (end of speech).
-    threads: int = 1
+    # The loop runs the model on its one worker thread, after the speculation, never beside ASR, and at
+    # the first call of a pause the decision waits for it. On this project's 2-core x86 (no VNNI), with
+    # numpy's BLAS on one thread (backends/threads.py), a call took 75 ms on one thread and 44-52 ms on two
+    # (FACTS.md's ~24 ms was a faster core).
+    threads: int = 2
 
 
 class SmartTurn:

@@ -143,3 +143,16 @@ def test_steady_state_read_write_allocates_nothing():
     tracemalloc.stop()
     grown = sum(s.size_diff for s in snap2.compare_to(snap1, "filename") if "ring.py" in str(s.traceback))
     assert grown < 1024, f"ring.py allocated {grown} bytes over 10k hops"
+
+
+def test_peek_newest_copies_the_latest_samples_across_the_wrap_without_consuming():
+    ring = Ring(8)
+    out = np.full(3, -1.0, np.float32)
+    assert ring.peek_newest(out) == 0  # nothing written yet
+    ring.write(np.arange(1, 3, dtype=np.float32))
+    assert ring.peek_newest(out) == 2 and out[:2].tolist() == [1, 2]  # fewer than asked for
+    ring.write(np.arange(3, 12, dtype=np.float32))  # 11 samples through 8 slots: the newest wrap
+    assert ring.peek_newest(out) == 3 and out.tolist() == [9, 10, 11]
+    assert ring.read_index == 0  # nothing consumed: the consumer still reads from where it was
+    first, n = ring.read_into(np.empty(8, np.float32))
+    assert (first, n) == (3, 8)  # the overwrite policy skipped what the producer overwrote, as before

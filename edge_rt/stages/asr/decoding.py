@@ -8,7 +8,7 @@ and :class:`DecodingTask` runs the few-line loop that ties them together.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Protocol, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -201,6 +201,11 @@ def repeated_tail(tokens: Sequence[int], long_block: int = 8, short_repeats: int
     return 0
 
 
+class DecodeStopped(Exception):
+    """The caller's ``stop`` asked for the decode to end: its result is no longer wanted (the loop's
+    partial caption when the speaker pauses; see loop/pause_watch.py)."""
+
+
 @dataclass(frozen=True)
 class WindowResult:
     """Decoding of one encoder window."""
@@ -316,13 +321,14 @@ class DecodingTask:
 
     def run(self, prompt_for: PromptFn, language: "str | LanguageChooser | None",
             previous: Sequence[int] = (), previous_language: str | None = None,
-            candidates: Sequence[str] | None = None) -> WindowResult:
+            candidates: Sequence[str] | None = None, stop: Callable[[], bool] | None = None) -> WindowResult:
         """Decode the window last passed to ``inference.encode``.
 
         ``language``: a code, None (detect), or a :class:`LanguageChooser` of the detected language.
         ``previous``: text tokens to condition on when the window is in ``previous_language`` (None:
         always); the caller bounds them (see :class:`~edge_rt.stages.asr.whisper.AsrOptions`).
         ``candidates``: the language codes detection chooses among (None: all the model's).
+        ``stop``: asked before each decoder step; True ends the decode with :class:`DecodeStopped`.
         """
         logits, no_speech, language, language_prob, start = self._prompt(prompt_for, language, previous,
                                                                           previous_language, candidates)
@@ -330,6 +336,8 @@ class DecodingTask:
         decoder, tokens = GreedyDecoder(self.vocab.eot, marks), []
         end_mark, mark_ids, ended = float("nan"), set(self.vocab.final_marks), False
         for n in range(self.max_new_tokens):
+            if stop is not None and stop():
+                raise DecodeStopped(f"stopped after {n} tokens")
             if n:
                 logits = self.inference.step(tokens[-1], start + n - 1)
             for f in self.filters:

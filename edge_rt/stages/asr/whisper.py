@@ -18,6 +18,7 @@ import numpy as np
 from edge_rt.errors import AudioInputError, PackNotBuiltError, UnsupportedLanguageError
 from edge_rt.stages.asr import mel as melmod
 from edge_rt.stages.asr.decoding import (
+    DecodeStopped,
     DecodingTask,
     LanguageChooser,
     SuppressBlank,
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from edge_rt.backends.factory import EngineFactory
     from edge_rt.pack import BuiltPack
 
-__all__ = ["Asr", "AsrOptions", "AsrResult", "Prompt"]
+__all__ = ["Asr", "AsrOptions", "AsrResult", "DecodeStopped", "Prompt"]
 
 PROMPT_MAX = 4  # <|startoftranscript|> <|lang|> <|task|> <|notimestamps|>
 DEFAULT_MAX_NEW_TOKENS = MAX_TEXT_CTX // 2  # 224, as OpenAI Whisper and CTranslate2 cap one window
@@ -195,7 +196,7 @@ class Asr:
 
     def transcribe(self, audio: np.ndarray, *, language: str | LanguageChooser | None = None,
                    task: str | Callable[[str], str] = "transcribe", prompt: str | Prompt | None = None,
-                   languages: Sequence[str] | None = None) -> AsrResult:
+                   languages: Sequence[str] | None = None, stop: Callable[[], bool] | None = None) -> AsrResult:
         """Recognise one utterance.
 
         Args:
@@ -216,6 +217,8 @@ class Asr:
             languages: when the language is detected, the codes it is chosen among (the languages
                 people speak to this device; a kiosk in noise otherwise hears Arabic in an English
                 fragment). None: any of the model's.
+            stop: asked before each window's encoder run and before each decoder step; True abandons
+                the decode with :class:`DecodeStopped` (the loop's partial caption when a pause begins).
 
         Returns:
             The joined text of every window not judged silent, with decoding statistics.
@@ -244,9 +247,11 @@ class Asr:
                 windows.append(_Window(WindowResult((), 0.0, 1.0, lang, 0.0), bucket, "", silent=True, gated=True))
                 continue
             frames_b = bucket_frames(bucket)
+            if stop is not None and stop():
+                raise DecodeStopped("stopped before the encoder")
             self._inference.encode(melmod.window(mel, start, frames_b, out=self._inference.mel_buffer(frames_b)))
             r = self._task.run(lambda lang: self.tokenizer.prompt(lang, _resolve(task, lang, self.multilingual)),
-                               language, previous, previous_language, candidates)
+                               language, previous, previous_language, candidates, stop)
             if not isinstance(language, str):
                 language = r.language  # later windows keep the first window's language
             if previous:  # a later window follows this one's text, as Whisper's condition_on_previous_text

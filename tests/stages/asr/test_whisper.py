@@ -10,7 +10,7 @@ import soundfile as sf
 from edge_rt.errors import UnsupportedLanguageError
 from edge_rt.backends.factory import OrtEngines
 from edge_rt.measure.scoring import normalize, wer
-from edge_rt.stages.asr.whisper import Asr, AsrOptions, Prompt
+from edge_rt.stages.asr.whisper import Asr, AsrOptions, DecodeStopped, Prompt
 from edge_rt.units import SAMPLE_RATE, bucket_frames
 from edge_rt.stages.vad import SileroVad
 from tests.stages.cuts import MID_SENTENCE, PAUSE, speech_end
@@ -223,6 +223,28 @@ def test_tiny_english_only_pack_transcribes_jfk(tiny_asr, clips):
     assert not tiny_asr.multilingual and tiny_asr.languages == ("en",)
     assert normalize(result.text) == normalize(meta["text"])
     assert result.language == "en" and result.bucket_s == 15
+
+
+def test_a_decode_stops_when_asked_and_runs_unchanged_when_not(tiny_asr, clips):
+    """``stop`` is asked before the encoder and before every decoder step; answering False changes nothing."""
+    _, audio = clips["en_jfk"]
+    asked = []
+
+    def stop_after(k: int):
+        def stop() -> bool:
+            asked.append(k)
+            return len(asked) > k
+        return stop
+
+    plain = tiny_asr.transcribe(audio)
+    never = tiny_asr.transcribe(audio, stop=lambda: asked.append(0) or False)
+    assert never == plain and len(asked) == len(plain.tokens) + 2  # encoder, each token, <|endoftext|>
+    for k in (0, 1, 5):
+        asked.clear()
+        with pytest.raises(DecodeStopped):
+            tiny_asr.transcribe(audio, stop=stop_after(k))
+        assert len(asked) == k + 1
+    assert tiny_asr.transcribe(audio) == plain  # a stopped decode leaves nothing behind
 
 
 def test_unknown_language_and_task_are_rejected(asr, tiny_asr):

@@ -1,0 +1,69 @@
+"""Has the speaker paused while a partial caption decodes? Judged from the newest unread capture audio.
+
+The worker decodes a partial caption synchronously (a few hundred ms here); the VAD does not see
+the audio that arrives meanwhile. When a pause begins during that decode, the speculation (and so
+the end of the turn) waits for a caption nobody needs any more: in ``bench``'s live settings on the
+real clips a partial was still running at the end of speech for 7 of 26 utterance ends, and ran
+on for 46-480 ms after it.
+
+:class:`PauseWatch` is the ``stop`` the loop hands to such a decode (``Asr.transcribe(stop=...)``,
+asked before the encoder and before each decoder step): it peeks at the newest ``window`` samples
+of the capture ring, without consuming them, and says "paused" when they are ``drop_db`` below
+the speech being decoded (its loud frames). The worst a wrong "paused" does is cost one caption
+refresh (the next partial comes at its usual interval); after a right one the VAD reads the backlog
+and the speculation starts at once. In noise the level does not fall that far in a pause, and the
+decode runs to its end as before.
+
+The encoder run itself is not interrupted (ONNX Runtime's ``RunOptions.terminate`` needs a second
+thread); it is skipped when the pause is already there before it starts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edge_rt.audio.ring import Ring
+from edge_rt.units import VAD_FRAME
+
+__all__ = ["PauseWatch", "speech_level"]
+
+
+def speech_level(audio: np.ndarray, quantile: float = 0.9) -> float:
+    """RMS of the loud VAD frames of ``audio`` (the ``quantile`` of the per-frame RMS): the level a
+    pause is measured against (0.0 for less than one frame)."""
+    frames = len(audio) // VAD_FRAME
+    if frames == 0:
+        return 0.0
+    x = audio[: frames * VAD_FRAME].reshape(frames, VAD_FRAME).astype(np.float64)
+    return float(np.quantile(np.sqrt(np.mean(x * x, axis=1)), quantile))
+
+
+class PauseWatch:
+    """``watch()`` is True once the newest ``window`` captured samples, all captured after
+    :meth:`arm`, are ``drop_db`` below the armed speech level."""
+
+    def __init__(self, ring: Ring, window: int, drop_db: float):
+        if window < 1 or drop_db <= 0:
+            raise ValueError(f"PauseWatch needs window >= 1 sample and drop_db > 0, got {window} and {drop_db}")
+        self._ring = ring
+        self._buf = np.zeros(window, np.float32)
+        self._factor = 10.0 ** (-drop_db / 20.0)
+        self._limit = 0.0
+        self._after = 0
+
+    def arm(self, level: float, captured: int) -> "PauseWatch":
+        """Watch for a pause below ``level`` (RMS; see :func:`speech_level`) in audio captured from
+        sample ``captured`` on (what the decode has not seen)."""
+        self._limit = level * self._factor
+        self._after = captured
+        return self
+
+    def __call__(self) -> bool:
+        ring, buf = self._ring, self._buf
+        if self._limit <= 0.0 or ring.written - self._after < len(buf):
+            return False  # no speech level to fall from, or not a whole window of new audio yet
+        return ring.peek_newest(buf) == len(buf) and self.quiet(buf)
+
+    def quiet(self, window: np.ndarray) -> bool:
+        """Is ``window`` (float32 samples) below the armed level?"""
+        return float(np.sqrt(np.dot(window, window) / max(len(window), 1))) < self._limit
