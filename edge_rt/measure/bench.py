@@ -117,6 +117,7 @@ class ClipResult:
     turn_taking: dict | None = None  # turn_taking.TurnTaking.as_dict() (None: the live loop did not run)
     pauses: dict | None = None  # the paused set: where the pauses are (PausedClip.as_dict())
     phrase_cache: dict | None = None  # the live loop's phrase cache (LiveRun.phrases)
+    partials_stopped: int = 0  # partial captions stopped because a pause began (loop/pause_watch.py)
     traces: list[UtteranceTrace] = field(repr=False, default_factory=list)
 
     def as_dict(self) -> dict:
@@ -192,6 +193,7 @@ class LiveRun:
     captions: CaptionLog
     last_played_ns: int | None
     phrases: dict | None = None  # the loop's phrase cache: lookups, hits, saved time (CacheStats.as_dict())
+    partials_stopped: int = 0  # Loop.partials_stopped
 
 
 def run_clip(stages: Stages, audio: np.ndarray, options: LoopOptions, tail_s: float) -> LiveRun:
@@ -201,7 +203,7 @@ def run_clip(stages: Stages, audio: np.ndarray, options: LoopOptions, tail_s: fl
     loop = Loop(stages, source, sink, options, on_caption=captions)
     traces = loop.run()
     return LiveRun(list(traces), source.clock, captions, sink.last_played_ns,
-                   loop.phrases.stats.as_dict() if loop.phrases is not None else None)
+                   loop.phrases.stats.as_dict() if loop.phrases is not None else None, loop.partials_stopped)
 
 
 @dataclass(frozen=True)
@@ -246,10 +248,10 @@ def _measure_clip(stages, peer, c: dict, options: BenchOptions, paused: PausedCl
     target = options.target_for(c["lang"])
     loop_opts = options.loop_options(target)
     end = paused.final_end if paused is not None else oracle_end(stages.vad, audio)
-    turn, traces, taking, live_text, phrases = Turn(None, None, "not run"), [], None, "", None
+    turn, traces, taking, live_text, phrases, stopped = Turn(None, None, "not run"), [], None, "", None, 0
     if options.live:
         run = run_clip(stages, audio, loop_opts, options.tail_s)
-        traces, live_text, phrases = run.traces, run.captions.final_text(), run.phrases
+        traces, live_text, phrases, stopped = run.traces, run.captions.final_text(), run.phrases, run.partials_stopped
         turn = live_turn(traces, run.clock, end)
         taking = turn_taking(traces, run.clock, end, run.last_played_ns,
                              paused.pauses if paused is not None else ()).as_dict()
@@ -267,7 +269,8 @@ def _measure_clip(stages, peer, c: dict, options: BenchOptions, paused: PausedCl
         turn.trace.stages_ms() if turn.trace and turn.status == "ok" else {s: None for s in STAGES},
         len(spoken), " ".join(t.text for t in spoken), " ".join(t.translation for t in spoken),
         parts(serial), parts(peer_turn), c.get("text", ""), live_text, taking,
-        paused.as_dict() if paused is not None else None, phrase_cache=phrases, traces=traces)
+        paused.as_dict() if paused is not None else None, phrase_cache=phrases, partials_stopped=stopped,
+        traces=traces)
     return res, (audio, end, loop_opts)
 
 
@@ -375,7 +378,9 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
         "early": {r.id: r.reason for r in results if r.status == "early"},
         "speed": speed,
         "loop": {"partials": options.partials, "speculate_after_ms": options.speculate_after_ms,
-                 "turn_policy": options.turn_policy},
+                 "turn_policy": options.turn_policy,
+                 # partial captions stopped because a pause began while they decoded (loop/pause_watch.py)
+                 "partials_stopped": sum(r.partials_stopped for r in results)},
         "slowdown": options.slowdown or None,
         "oracle": f"end of the last 32 ms frame with Silero p >= {ORACLE_THRESHOLD} over the whole clip",
         "serial": "the loop's engines one after the other on the whole utterance: the loop's hangover, one "

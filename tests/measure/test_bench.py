@@ -105,3 +105,5 @@ def test_bench_reports_turn_taking_on_real_clips_and_the_paused_set(tiny_pack):
     # every translation was looked up in the phrase cache (one clip, nothing repeats: no hit)
     assert r["phrase_cache"]["lookups"] == c["phrase_cache"]["lookups"] >= 1 and r["phrase_cache"]["hits"] == 0
     assert r["loop_memory"] is None  # only with --memory (a fresh process: tests/measure/test_memory.py)
+    # partials stopped at a pause (loop/pause_watch.py): summed over the clips, as each clip's loop counted them
+    assert r["loop"]["partials_stopped"] == c["partials_stopped"] >= 0
