@@ -24,19 +24,18 @@ from __future__ import annotations
 import numpy as np
 
 from edge_rt.audio.ring import Ring
+from edge_rt.stages.gain import frame_rms
 from edge_rt.units import VAD_FRAME
 
 __all__ = ["PauseWatch", "speech_level"]
 
 
 def speech_level(audio: np.ndarray, quantile: float = 0.9) -> float:
-    """RMS of the loud VAD frames of ``audio`` (the ``quantile`` of the per-frame RMS): the level a
-    pause is measured against (0.0 for less than one frame)."""
-    frames = len(audio) // VAD_FRAME
-    if frames == 0:
-        return 0.0
-    x = audio[: frames * VAD_FRAME].reshape(frames, VAD_FRAME).astype(np.float64)
-    return float(np.quantile(np.sqrt(np.mean(x * x, axis=1)), quantile))
+    """RMS of the loud VAD frames of ``audio`` (the ``quantile`` of the per-frame RMS, as the automatic
+    gain's speech level over its 20 ms frames): the level a pause is measured against (0.0 for less
+    than one frame)."""
+    rms = frame_rms(audio, VAD_FRAME)
+    return float(np.quantile(rms, quantile)) if len(rms) else 0.0
 
 
 class PauseWatch:

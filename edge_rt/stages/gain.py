@@ -21,7 +21,7 @@ import numpy as np
 
 from edge_rt.units import SAMPLE_RATE
 
-__all__ = ["GainOptions", "utterance_gain", "apply_gain"]
+__all__ = ["GainOptions", "utterance_gain", "apply_gain", "frame_rms"]
 
 FRAME = SAMPLE_RATE // 50  # 20 ms level frames
 
@@ -51,13 +51,17 @@ def _db(x: float) -> float:
     return 20.0 * np.log10(max(x, 1e-10))
 
 
+def frame_rms(audio: np.ndarray, frame: int = FRAME) -> np.ndarray:
+    """RMS (float64) of each whole ``frame``-sample frame of ``audio``; empty for less than one frame."""
+    n = len(audio) // frame
+    return np.sqrt(np.mean(np.square(audio[: n * frame].reshape(n, frame), dtype=np.float64), axis=1))
+
+
 def utterance_gain(audio: np.ndarray, options: GainOptions = GainOptions()) -> float:
     """Linear gain (>= 1) for float32 mono ``audio``; 1.0 for audio shorter than one 20 ms frame."""
-    n = len(audio) // FRAME
-    if n == 0:
+    rms = frame_rms(audio)
+    if len(rms) == 0:
         return 1.0
-    frames = audio[: n * FRAME].reshape(n, FRAME)
-    rms = np.sqrt(np.mean(np.square(frames, dtype=np.float64), axis=1))
     loud, quiet = np.percentile(rms, [options.loud_percentile, options.quiet_percentile])
     if _db(loud) - _db(quiet) < options.min_snr_db:
         return 1.0  # steady noise (or steady tone): level is not speech

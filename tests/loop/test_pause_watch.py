@@ -19,15 +19,17 @@ WINDOW = LoopOptions.partial_stop_ms * SAMPLE_RATE // 1000
 DROP_DB = LoopOptions.partial_stop_db
 
 
-def _quietest(audio: np.ndarray, n: int) -> np.ndarray:
-    """The clip's own quietest ``n`` samples (its room tone between words)."""
+def _window(audio: np.ndarray, n: int, pick=np.argmin) -> np.ndarray:
+    """The clip's own quietest (``pick=np.argmax``: loudest) ``n`` samples, on the VAD frame grid;
+    the quietest is its room tone between words."""
     frames = np.lib.stride_tricks.sliding_window_view(audio, n)[::VAD_FRAME]
-    return frames[int(np.argmin(np.mean(frames.astype(np.float64) ** 2, axis=1)))].copy()
+    return frames[int(pick(np.mean(frames.astype(np.float64) ** 2, axis=1)))].copy()
 
 
-def _loudest(audio: np.ndarray, n: int) -> np.ndarray:
-    frames = np.lib.stride_tricks.sliding_window_view(audio, n)[::VAD_FRAME]
-    return frames[int(np.argmax(np.mean(frames.astype(np.float64) ** 2, axis=1)))].copy()
+def _silero_p(vad, audio: np.ndarray) -> list[float]:
+    """Silero's speech probability of every whole VAD frame of ``audio``, from a fresh state."""
+    vad.reset()
+    return [vad(audio[i:i + VAD_FRAME]) for i in range(0, len(audio) - VAD_FRAME + 1, VAD_FRAME)]
 
 
 def _watch_after(audio: np.ndarray, heard_s: float, then: np.ndarray) -> tuple[bool, bool]:
@@ -47,9 +49,9 @@ def speech(speech_dir):
 
 
 def test_a_pause_after_speech_is_seen_and_speech_is_not(speech):
-    room = _quietest(speech, WINDOW)
+    room = _window(speech, WINDOW)
     assert _watch_after(speech, 3.0, room) == (False, True)
-    assert _watch_after(speech, 3.0, _loudest(speech, WINDOW)) == (False, False)
+    assert _watch_after(speech, 3.0, _window(speech, WINDOW, np.argmax)) == (False, False)
     assert _watch_after(speech, 3.0, room[: WINDOW - 1]) == (False, False)  # not a whole window yet
 
 
@@ -64,9 +66,7 @@ def test_the_vads_pauses_are_seen_and_its_speech_rarely_is(speech_dir, speech_ma
     pauses = seen = windows = called_quiet = 0
     for entry in (m for m in speech_manifest if m["lang"] == "en"):
         audio = read_audio(speech_dir / entry["audio"])
-        vad.reset()
-        silent = np.array([vad(audio[i:i + VAD_FRAME]) < 0.5
-                           for i in range(0, len(audio) - VAD_FRAME + 1, VAD_FRAME)])
+        silent = np.array(_silero_p(vad, audio)) < 0.5
         ring = Ring(1 << 19)
         watch = PauseWatch(ring, WINDOW, DROP_DB)
 
@@ -90,7 +90,7 @@ def test_in_noise_a_pause_is_not_called(speech):
     """Brown noise at 5 dB SNR: the pause is noise as loud as 5 dB under the speech, so the decode runs on."""
     noise = make_noise("brown", _rng(0, CLIP, "brown"), len(speech), [], (3, 4)).astype(np.float32)
     mixed, gain = mix_at_snr(speech, noise, 5.0)
-    pause = mixed[:WINDOW] - gain * speech[:WINDOW] + gain * _quietest(speech, WINDOW)
+    pause = mixed[:WINDOW] - gain * speech[:WINDOW] + gain * _window(speech, WINDOW)
     assert _watch_after(mixed, 3.0, pause) == (False, False)
 
 
@@ -159,8 +159,7 @@ def test_a_partial_running_into_a_pause_is_stopped_and_loses_nothing(tiny_pack, 
     # Stops come where a pause began: from 128 ms before Silero's speech probability fell below 0.5 (the
     # level falls before Silero's probability does) to 0.5 s after. A stop elsewhere (the short gap after
     # "And so", in some runs here) costs one caption refresh; how many runs into a pause depends on timing.
-    base.vad.reset()
-    p = [base.vad(audio[i:i + VAD_FRAME]) for i in range(0, len(audio) - VAD_FRAME + 1, VAD_FRAME)]
+    p = _silero_p(base.vad, audio)
     falls = [(f + 1) * VAD_FRAME for f in range(1, len(p)) if p[f] < 0.5 <= p[f - 1]]
     at_pauses = [a for a in at if any(-4 * VAD_FRAME <= a - e <= SAMPLE_RATE // 2 for e in falls)]
     assert at_pauses, (at, falls)
