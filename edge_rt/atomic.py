@@ -17,12 +17,18 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     tmp_path = Path(tmp)
     try:
         write(tmp_path)
-        os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual mode
+        os.chmod(tmp_path, file_mode())  # mkstemp makes 0600; give the file the usual mode
         os.replace(tmp_path, path)
     except BaseException:
         tmp_path.unlink(missing_ok=True)
         raise
     return path
+
+
+def file_mode() -> int:
+    """The mode a new file gets from ``open()`` under this process's umask (0644 under 022): readable by
+    the service's own user when the build ran as another."""
+    return 0o666 & ~_umask()
 
 
 def _umask() -> int:

@@ -8,8 +8,9 @@ the protobuf wire format of ``ModelProto.graph.initializer`` (field numbers from
 and skips everything else by length, so reading one 31 MB tensor reads those 31 MB and a few
 kilobytes of headers.
 
-Only tensors stored inline as ``raw_data`` are found; a tensor in typed fields (``float_data``) or
-in an external-data file is reported absent, and the caller loads the model as it is.
+Tensors stored inline as ``raw_data`` and tensors in an external-data file (the build writes every
+model's weights to ``<name>.onnx.data``: edge_rt/build/files.py) are found; a tensor in typed fields
+(``float_data``) is reported absent, and the caller loads the model as it is.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ __all__ = ["TensorLocation", "find_initializers", "read_initializer"]
 # onnx.proto field numbers
 _MODEL_GRAPH = 7
 _GRAPH_INITIALIZER = 5
-_TENSOR_DIMS, _TENSOR_DATA_TYPE, _TENSOR_NAME, _TENSOR_RAW_DATA, _TENSOR_DATA_LOCATION = 1, 2, 8, 9, 13
+_TENSOR_DIMS, _TENSOR_DATA_TYPE, _TENSOR_NAME, _TENSOR_RAW_DATA = 1, 2, 8, 9
+_TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION = 13, 14  # StringStringEntryProto list; 1 = EXTERNAL
+_ENTRY_KEY, _ENTRY_VALUE = 1, 2
 # wire types
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 # TensorProto.DataType -> numpy (the types a shared weight can have)
@@ -36,13 +39,14 @@ _DTYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6:
 
 @dataclass(frozen=True)
 class TensorLocation:
-    """Where an initializer's ``raw_data`` lies in the file."""
+    """Where an initializer's bytes lie: in the model file's ``raw_data``, or in its external-data file."""
 
     name: str
     dtype: np.dtype
     shape: tuple[int, ...]
     offset: int  # bytes from the start of the file
     nbytes: int
+    file: str | None = None  # the external-data file, relative to the model's folder (None: the model file)
 
 
 def _varint(buf, pos: int) -> tuple[int, int]:
@@ -81,11 +85,21 @@ def _fields(buf, start: int, end: int):
         raise ValueError("protobuf message overruns its length")
 
 
+def _text(buf, value) -> str:
+    return bytes(buf[value[0] : value[0] + value[1]]).decode("utf-8")
+
+
+def _entry(buf, value) -> tuple[str, str]:
+    """One StringStringEntryProto (external_data's key and value)."""
+    kv = {f: _text(buf, v) for f, w, v in _fields(buf, value[0], value[0] + value[1]) if w == _LEN}
+    return kv.get(_ENTRY_KEY, ""), kv.get(_ENTRY_VALUE, "")
+
+
 def _tensor(buf, start: int, end: int, wanted: set[str]) -> TensorLocation | None:
-    name, dtype, dims, raw, external = None, None, [], None, False
+    name, dtype, dims, raw, external, ext = None, None, [], None, False, {}
     for field, wire, value in _fields(buf, start, end):
         if field == _TENSOR_NAME and wire == _LEN:
-            name = bytes(buf[value[0] : value[0] + value[1]]).decode("utf-8")
+            name = _text(buf, value)
             if name not in wanted:
                 return None
         elif field == _TENSOR_DIMS:
@@ -100,14 +114,25 @@ def _tensor(buf, start: int, end: int, wanted: set[str]) -> TensorLocation | Non
             dtype = value
         elif field == _TENSOR_RAW_DATA:
             raw = value
+        elif field == _TENSOR_EXTERNAL_DATA and wire == _LEN:
+            key, val = _entry(buf, value)
+            ext[key] = val
         elif field == _TENSOR_DATA_LOCATION:
             external = value == 1
-    if name is None or raw is None or external or dtype not in _DTYPES:
+    if name is None or dtype not in _DTYPES:
         return None
     dt = np.dtype(_DTYPES[dtype])
-    if raw[1] != int(np.prod(dims, dtype=np.int64)) * dt.itemsize:
+    nbytes = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
+    shape = tuple(int(d) for d in dims)
+    if external:
+        location = ext.get("location", "")
+        if not location or Path(location).is_absolute() or ".." in Path(location).parts:
+            return None  # not a file beside the model: left to ONNX Runtime (which refuses it)
+        offset, length = int(ext.get("offset", 0)), int(ext.get("length", nbytes))
+        return TensorLocation(name, dt, shape, offset, nbytes, location) if length == nbytes else None
+    if raw is None or raw[1] != nbytes:
         return None
-    return TensorLocation(name, dt, tuple(int(d) for d in dims), raw[0], raw[1])
+    return TensorLocation(name, dt, shape, raw[0], raw[1])
 
 
 def find_initializers(path: str | Path, names: Iterable[str]) -> dict[str, TensorLocation]:
@@ -135,7 +160,9 @@ def find_initializers(path: str | Path, names: Iterable[str]) -> dict[str, Tenso
 
 
 def read_initializer(path: str | Path, location: TensorLocation) -> np.ndarray:
-    """The tensor at ``location`` of ``path`` as a new C-contiguous array (one read, no parse)."""
+    """The tensor at ``location`` of the model ``path`` as a new C-contiguous array (one read, no parse)."""
+    if location.file is not None:
+        path = Path(path).parent / location.file
     with open(path, "rb") as f:
         f.seek(location.offset)
         data = np.fromfile(f, dtype=location.dtype, count=location.nbytes // location.dtype.itemsize)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import edge_rt
-from edge_rt.build.files import atomic_write, sha256_file
+from edge_rt.build.files import WEIGHTS_SUFFIX, atomic_write, sha256_file
 from edge_rt.build.packs import PackSpec
 from edge_rt.pack import MANIFEST
 
@@ -62,17 +62,23 @@ def previous_stage(old: dict[str, Any], stage: str) -> dict[str, Any] | None:
     return record if isinstance(record, dict) else None
 
 
-def stage_files(record: dict[str, Any]) -> list[str]:
-    """Pack-relative paths a stage record names: every model file, then every asset."""
-    rels = [p for m in record.get("models", {}).values() for p in m.values()]
+def stage_files(record: dict[str, Any], out_dir: Path | None = None) -> list[str]:
+    """Pack-relative paths a stage record names: every model file, then every asset. With ``out_dir``,
+    each model's weights file (``<model>.data``, build/files.py) follows its model where it is on disk."""
+    rels = []
+    for m in record.get("models", {}).values():
+        for p in m.values():
+            rels.append(p)
+            if out_dir is not None and (Path(out_dir) / (p + WEIGHTS_SUFFIX)).is_file():
+                rels.append(p + WEIGHTS_SUFFIX)
     rels += list(record.get("assets", {}).values())
     return rels
 
 
 def hash_stage_files(out_dir: Path, record: dict[str, Any]) -> dict[str, str]:
-    """sha256 of every file a stage record names (assets that are folders are skipped)."""
+    """sha256 of every file a stage record names, weights files included (assets that are folders are skipped)."""
     out = {}
-    for rel in stage_files(record):
+    for rel in stage_files(record, out_dir):
         p = Path(out_dir) / rel
         if p.is_file():
             out[rel] = sha256_file(p)
@@ -83,10 +89,11 @@ def intact(out_dir: Path, record: dict[str, Any]) -> bool:
     """Whether every file of a previous stage record is still there (a hashed file must not be empty).
 
     Sizes, not hashes, are checked: re-hashing hundreds of MB on every build would cost more than
-    the check is worth; ``--force`` rebuilds a stage whose files were edited in place.
+    the check is worth; ``--force`` rebuilds a stage whose files were edited in place. A hashed file
+    counts too, so a model whose weights file is gone is not intact.
     """
     hashes = record.get("sha256", {})
-    for rel in stage_files(record):
+    for rel in dict.fromkeys([*stage_files(record), *hashes]):
         p = Path(out_dir) / rel
         if not p.exists():
             return False

@@ -54,7 +54,8 @@ def check_pack(config: Config, gpu: Gpu, trt: str | None, verify: bool = True) -
 
 def _stage_files(pack, stage: str, entry: dict, verify: bool, rebuild: str) -> Check:
     rels = [p for m in entry.get("models", {}).values() for p in m.values()] + list(entry.get("assets", {}).values())
-    missing = [r for r in rels if not (pack.dir / r).exists()]
+    # a model's weights file (<model>.onnx.data, build/files.py) is named only by the hashes
+    missing = [r for r in dict.fromkeys([*rels, *(entry.get("sha256") or {})]) if not (pack.dir / r).exists()]
     if missing:
         return Check(f"pack {stage}", "fail", f"missing files: {', '.join(missing)}; {rebuild}")
     hashes = entry.get("sha256")

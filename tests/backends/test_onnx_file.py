@@ -39,6 +39,25 @@ def test_raw_initializers_are_found_and_read_exactly(model_path):
         np.testing.assert_array_equal(arr, ref[name])
 
 
+def test_initializers_in_an_external_data_file_are_found_and_read_exactly(model_path, tmp_path):
+    """As the build saves models (edge_rt/build/files.py): the graph, and its weights beside it."""
+    import onnx
+
+    from edge_rt.build.files import save_onnx, weights_file
+
+    path, ref = model_path
+    ext = save_onnx(onnx.load(str(path)), tmp_path / "ext.onnx")
+    assert weights_file(ext).is_file() and ext.stat().st_size < 1024 < weights_file(ext).stat().st_size
+    found = find_initializers(ext, ["W", "q", "idx", "scalar", "typed", "absent"])
+    assert {n for n, loc in found.items() if loc.file == "ext.onnx.data"} == {"W"}  # the tensors of >= 1 KiB
+    assert set(found) == {"W", "q", "idx", "scalar"}
+    for name, loc in found.items():
+        np.testing.assert_array_equal(read_initializer(ext, loc), ref[name])
+    weights_file(ext).write_bytes(weights_file(ext).read_bytes()[:100])  # cut short
+    with pytest.raises(ValueError, match="truncated"):
+        read_initializer(ext, found["W"])
+
+
 def test_only_the_names_asked_for_are_returned(model_path):
     path, _ = model_path
     assert set(find_initializers(path, ["q"])) == {"q"}

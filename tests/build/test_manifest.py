@@ -71,3 +71,14 @@ def test_intact_needs_every_file_and_no_emptied_one(tmp_path):
     assert not manifest.intact(tmp_path, record)
     (tmp_path / "fp32" / "m.onnx").unlink()
     assert not manifest.intact(tmp_path, record)
+
+
+def test_a_models_weights_file_is_hashed_and_needed(tmp_path):
+    record = _record(tmp_path)
+    (tmp_path / "fp32" / "m.onnx.data").write_bytes(b"weights")  # build/files.py's external data
+    assert manifest.stage_files(record, tmp_path)[:2] == ["fp32/m.onnx", "fp32/m.onnx.data"]
+    record["sha256"] = manifest.hash_stage_files(tmp_path, record)
+    assert record["sha256"]["fp32/m.onnx.data"] == hashlib.sha256(b"weights").hexdigest()
+    assert manifest.intact(tmp_path, record)
+    (tmp_path / "fp32" / "m.onnx.data").unlink()
+    assert not manifest.intact(tmp_path, record)

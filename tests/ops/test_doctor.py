@@ -81,6 +81,12 @@ def test_pack_hashes_are_checked(default_pack, tmp_path):
         f.write(b" ")
     bad = {c.name: c for c in check_pack(config, Gpu(False), None)}["pack asr"]
     assert bad.status == "fail" and tok in bad.message and "--force" in bad.message
+    # a file named only by the hashes (a model's weights file, build/files.py) that is gone: named as missing
+    gone = "fp32/whisper_decoder.onnx.data"
+    manifest["stages"]["asr"]["sha256"][gone] = "0" * 64
+    (pack / "manifest.json").write_text(_json.dumps(manifest))
+    bad = {c.name: c for c in check_pack(config, Gpu(False), None)}["pack asr"]
+    assert bad.status == "fail" and f"missing files: {gone}" in bad.message
 
 
 ORIN = TrtEnvironment("10.3.0.30", "Orin (nvgpu)", "8.7", 7620)

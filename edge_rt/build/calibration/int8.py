@@ -30,7 +30,7 @@ from typing import Callable
 from edge_rt.build.calibration.model_steps import ModelJob, Tools, quantize_model
 from edge_rt.build.calibration.plan import PLAN, Int8Options, ModelPlan, plan_for
 from edge_rt.build.calibration.progress import ProgressTask
-from edge_rt.build.files import sha256_file
+from edge_rt.build.files import model_files, sha256_file
 
 __all__ = ["Int8Options", "ModelPlan", "PLAN", "quantize_pack", "SOURCES"]
 
@@ -47,7 +47,8 @@ def _stage_key(stage: str, entry: dict, out_dir: Path, data_key: str, options: I
     h = hashlib.sha256()
     for model in sorted(entry["models"]):
         h.update(model.encode())
-        h.update(sha256_file(out_dir / entry["models"][model]["fp32"]).encode())
+        for f in model_files(out_dir / entry["models"][model]["fp32"]):  # the graph and its weights file
+            h.update(sha256_file(f).encode())
     h.update(data_key.encode())
     h.update(repr(options.plan.get(stage)).encode())
     h.update(repr((options.calibration, options.min_speedup, options.threads, options.tensorrt_twins)).encode())

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,7 +21,7 @@ from edge_rt.build.calibration.progress import ProgressTask
 from edge_rt.build.calibration.quantize import QuantizationError, QuantRecipe, check_onnx, quantize, select_nodes, tensors_to_calibrate
 from edge_rt.build.calibration.trt_variant import BACKEND_CPU, TrtJob, make_trt_variant, remove_trt_variant, \
     trt_nodes, trt_source
-from edge_rt.build.files import sha256_file
+from edge_rt.build.files import install_onnx, remove_onnx, sha256_file
 
 __all__ = ["ModelJob", "Tools", "quantize_model"]
 
@@ -249,7 +248,7 @@ def _fast_enough(job: ModelJob, tools: Tools, cand: Path, probes: list[dict], at
 
 def _drop_cpu_twin(pack_dir: Path, fp32: Path) -> None:
     shutil.rmtree(pack_dir / f"int8/{fp32.stem}.calibration", ignore_errors=True)
-    (pack_dir / f"int8/{fp32.name}").unlink(missing_ok=True)  # a stale twin from an earlier build
+    remove_onnx(pack_dir / f"int8/{fp32.name}")  # a stale twin from an earlier build
 
 
 def _install(job: ModelJob, tools: Tools, calibration: Calibration | None, recipe: QuantRecipe, cand: Path,
@@ -260,11 +259,10 @@ def _install(job: ModelJob, tools: Tools, calibration: Calibration | None, recip
     pack_dir = tools.view.pack_dir
     rel = f"int8/{job.fp32.name}"
     dst = pack_dir / rel
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(cand, dst)
+    files = install_onnx(cand, dst)  # the graph and its weights file (build/files.py)
     out: dict = {"precision": "int8", "int8": rel, "backend": BACKEND_CPU, "recipe": recipe.as_dict(),
                  "gate": attempt["gate"], "speed": attempt["speed"], "mean_speedup": attempt["mean_speedup"],
-                 "files": {rel: sha256_file(dst)}}
+                 "files": {f"int8/{f.name}": sha256_file(f) for f in files}}
     tables_rel = f"int8/{job.fp32.stem}.calibration"
     if recipe.mode == "static":
         tables = write_tables(calibration, pack_dir / tables_rel)

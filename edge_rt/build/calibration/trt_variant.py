@@ -23,7 +23,6 @@ calibration probes (ONNX Runtime executes the Q/DQ graph), which shows a broken 
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from typing import Mapping, Sequence
 
 from edge_rt.build.calibration.calibrate import Calibration
 from edge_rt.build.calibration.quantize import QuantRecipe, quantize, select_nodes, trt_qdq_problems
-from edge_rt.build.files import sha256_file
+from edge_rt.build.files import install_onnx, remove_onnx, sha256_file
 
 __all__ = ["TRT_DIR", "BACKEND_CPU", "BACKEND_TRT", "GATE_ON_GPU", "TrtJob", "trt_source", "make_trt_variant",
            "remove_trt_variant"]
@@ -86,7 +85,7 @@ def trt_recipe(source: QuantRecipe) -> QuantRecipe:
 def remove_trt_variant(pack_dir: Path, fp32_name: str) -> None:
     """Delete a stale twin (and its tables) left by an earlier build."""
     stem = Path(fp32_name).stem
-    (pack_dir / TRT_DIR / fp32_name).unlink(missing_ok=True)
+    remove_onnx(pack_dir / TRT_DIR / fp32_name)
     shutil.rmtree(pack_dir / TRT_DIR / f"{stem}.calibration", ignore_errors=True)
 
 
@@ -119,11 +118,11 @@ def make_trt_variant(job: TrtJob, probes: Sequence[Mapping]) -> dict:
     rec["tensor_compare"] = compare_tensors(job.fp32, cand, list(probes[:3]))
     rel = f"{TRT_DIR}/{job.fp32.name}"
     dst = job.pack_dir / rel
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(cand, dst)
+    installed = install_onnx(cand, dst)  # the graph and its weights file (build/files.py)
     tables_rel = f"{TRT_DIR}/{job.fp32.stem}.calibration"
     tables = write_tables(symmetric, job.pack_dir / tables_rel)
-    files = {rel: sha256_file(dst), **{f"{tables_rel}/{t.name}": sha256_file(t) for t in tables}}
+    files = {**{f"{TRT_DIR}/{f.name}": sha256_file(f) for f in installed},
+             **{f"{tables_rel}/{t.name}": sha256_file(t) for t in tables}}
     rec.update({"file": rel, "calibration_tables": tables_rel, "checked": "trt_qdq_problems: none",
                 "files": files, "seconds": round(time.perf_counter() - t0, 1)})
     return rec

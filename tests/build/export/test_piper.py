@@ -42,7 +42,8 @@ def test_entry(raw, built):
     assert voice["opset"] == 15
     assert voice["inputs"]["input"] == ["batch_size", "phonemes"]  # dynamic: the runtime pads to buckets
     assert voice["inputs"]["scales"] == [3]
-    assert voice["sha256"] == sha256_file(files["en_model"])  # copied as shipped
+    assert voice["sha256"] == sha256_file(files["en_model"])  # the voice as shipped
+    assert (out / "fp32/piper_en.onnx.data").is_file()  # its weights beside the graph (build/files.py)
     assert entry["sample_rates"] == {"en": 22050, "espeak": 22050}
     assert entry["phoneme_buckets"] == [32, 64, 128, 256, 512]
     for rel in [*entry["assets"].values(), "fp32/piper_en.onnx"]:
