@@ -70,6 +70,9 @@ class NoiseEvalOptions:
     frontends: tuple[str, ...] = ("off",)  # keys of FRONTENDS: each mix runs once per entry
     # LoopOptions fields replaced for an experiment, e.g. (("unsure", None),) (see loop_options()).
     loop_overrides: tuple[tuple[str, object], ...] = ()
+    # An experiment's processing of every noisy mix before the loop hears it (a neural noise suppressor:
+    # tools/try_noise_suppressor.py); the clean references and the peer get the audio as mixed.
+    enhance: Callable[[np.ndarray], np.ndarray] | None = None
     speech_dir: Path | None = None
 
 
@@ -334,9 +337,10 @@ class _Runner:
             if ref is None:  # not decoded: the endpointer-only reference
                 ref = {"endpointer_spans": offline_spans(self.stages.vad, m.clean, lo.endpoint)}
                 self._clean[(clip["id"], fe)] = ref
+            heard = m.audio if self.options.enhance is None else self.options.enhance(m.audio)
             # The endpointer-only figure is kept for runs without a front end only (see _row).
-            hyp_ep = offline_spans(self.stages.vad, m.audio, lo.endpoint) if fe == "off" else []
-            loop = _loop_row(self.stages, m.audio, lo, ref) if self.decoded(clip) else None
+            hyp_ep = offline_spans(self.stages.vad, heard, lo.endpoint) if fe == "off" else []
+            loop = _loop_row(self.stages, heard, lo, ref) if self.decoded(clip) else None
             row = self._row(clip, m.kind, m.snr_db, fe, loop, ref["endpointer_spans"], hyp_ep)
             if self.peer is not None and loop is not None and fe == self.options.frontends[0]:
                 row["peer"] = _peer_row(self.peer, m.audio, self._peer_lang(clip), ref["spans"])

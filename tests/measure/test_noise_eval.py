@@ -93,6 +93,22 @@ def test_one_clip_one_snr_real_run(tiny_pack):
     assert row["id"] == "en_jfk/brown/10dB" and "country" in row["loop"]["text"].lower()
 
 
+def test_an_experiments_processing_reaches_the_loop_and_not_the_references(tiny_pack):
+    """NoiseEvalOptions.enhance (tools/try_noise_suppressor.py): here it silences every mix."""
+    seen = []
+
+    def silence(audio):
+        seen.append(len(audio))
+        return np.zeros_like(audio)
+
+    r = evaluate_noise(NoiseEvalOptions(pack="tiny", clips=("en_jfk",), enhance=silence,
+                                        noise=NoiseOptions(kinds=("brown",), snrs_db=(10.0,))))
+    clean, brown = r["summary"]
+    assert len(seen) == 1  # the one mix, once
+    assert clean["loop"]["empty"] == 0 and "country" in r["mixes"][0]["loop"]["text"].lower()  # untouched
+    assert brown["loop"]["empty"] == 1 and brown["vad"]["recall"] == 0.0  # the loop heard the silence
+
+
 def test_cli_rejects_bad_noise_options(tiny_pack):
     for flags, msg in ((["--kinds", "traffic"], "noise kinds are"), (["--snr", "5,loud"], "--snr takes numbers"),
                        (["--precisions", "int8,fp32"], "one precision")):
