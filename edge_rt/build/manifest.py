@@ -30,8 +30,8 @@ from edge_rt.build.files import WEIGHTS_SUFFIX, atomic_write, sha256_file
 from edge_rt.build.packs import PackSpec
 from edge_rt.pack import MANIFEST
 
-__all__ = ["FORMAT", "assemble", "hash_stage_files", "intact", "previous_stage", "read_previous", "stage_files",
-           "write"]
+__all__ = ["FORMAT", "assemble", "hash_stage_files", "intact", "named_files", "previous_stage", "read_previous",
+           "stage_files", "write"]
 
 FORMAT = 1
 
@@ -75,6 +75,12 @@ def stage_files(record: dict[str, Any], out_dir: Path | None = None) -> list[str
     return rels
 
 
+def named_files(record: dict[str, Any]) -> list[str]:
+    """Every pack-relative path a stage record names, once: :func:`stage_files`, then the hashed files
+    only the hashes name (a model's weights file, build/files.py)."""
+    return list(dict.fromkeys([*stage_files(record), *record.get("sha256", {})]))
+
+
 def hash_stage_files(out_dir: Path, record: dict[str, Any]) -> dict[str, str]:
     """sha256 of every file a stage record names, weights files included (assets that are folders are skipped)."""
     out = {}
@@ -93,7 +99,7 @@ def intact(out_dir: Path, record: dict[str, Any]) -> bool:
     counts too, so a model whose weights file is gone is not intact.
     """
     hashes = record.get("sha256", {})
-    for rel in dict.fromkeys([*stage_files(record), *hashes]):
+    for rel in named_files(record):
         p = Path(out_dir) / rel
         if not p.exists():
             return False

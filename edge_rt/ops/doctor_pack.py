@@ -6,9 +6,8 @@ Split from :mod:`edge_rt.ops.doctor` (which runs them with the device checks).
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
-
+from edge_rt.build.files import sha256_file
+from edge_rt.build.manifest import named_files, stage_files  # what a pack's manifest names, as the build wrote it
 from edge_rt.config import Config
 from edge_rt.errors import EdgeRtError
 from edge_rt.ops.doctor_checks import Check, Gpu
@@ -17,14 +16,6 @@ __all__ = ["check_pack", "check_tensorrt_engines", "check_auto_backend", "check_
 
 
 # -- the pack -----------------------------------------------------------------
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def check_pack(config: Config, gpu: Gpu, trt: str | None, verify: bool = True) -> list[Check]:
     from edge_rt.pack import STAGES, BuiltPack, build_command
 
@@ -53,9 +44,8 @@ def check_pack(config: Config, gpu: Gpu, trt: str | None, verify: bool = True) -
 
 
 def _stage_files(pack, stage: str, entry: dict, verify: bool, rebuild: str) -> Check:
-    rels = [p for m in entry.get("models", {}).values() for p in m.values()] + list(entry.get("assets", {}).values())
-    # a model's weights file (<model>.onnx.data, build/files.py) is named only by the hashes
-    missing = [r for r in dict.fromkeys([*rels, *(entry.get("sha256") or {})]) if not (pack.dir / r).exists()]
+    rels = stage_files(entry)
+    missing = [r for r in named_files(entry) if not (pack.dir / r).exists()]  # weights files included
     if missing:
         return Check(f"pack {stage}", "fail", f"missing files: {', '.join(missing)}; {rebuild}")
     hashes = entry.get("sha256")
@@ -64,7 +54,7 @@ def _stage_files(pack, stage: str, entry: dict, verify: bool, rebuild: str) -> C
                      f"(built by an older tools/build_engines.py): integrity not verified; {rebuild}")
     if not verify:
         return Check(f"pack {stage}", "ok", f"{len(rels)} files present (hashes not verified: --quick)")
-    bad = [rel for rel, digest in hashes.items() if (pack.dir / rel).is_file() and _sha256(pack.dir / rel) != digest]
+    bad = [rel for rel, digest in hashes.items() if (pack.dir / rel).is_file() and sha256_file(pack.dir / rel) != digest]
     if bad:
         return Check(f"pack {stage}", "fail", f"sha256 mismatch (corrupt or edited): {', '.join(bad)}; {rebuild}")
     return Check(f"pack {stage}", "ok", f"{len(hashes)} files match their sha256")
@@ -94,7 +84,7 @@ def check_tensorrt_engines(pack, gpu: Gpu, here, verify: bool = True) -> list[Ch
     out = [Check("pack tensorrt", "ok", f"{label}" + "".join(f"; note: {n}" for n in notes(built, here)))]
     missing = [e["file"] for e in plans.values() if not (pack.dir / e["file"]).is_file()]
     bad = [e["file"] for e in plans.values() if verify and e.get("sha256") and (pack.dir / e["file"]).is_file()
-           and _sha256(pack.dir / e["file"]) != e["sha256"]]
+           and sha256_file(pack.dir / e["file"]) != e["sha256"]]
     if missing or bad:
         out.append(Check("pack tensorrt files", "fail", f"missing: {missing or 'none'}; sha256 mismatch: "
                          f"{bad or 'none'}; rebuild with {rebuild}"))

@@ -97,6 +97,7 @@ def _io_estimate(path, bindings: list[dict]) -> int:
 
 def model_memory(pack) -> list[ModelMemory]:
     """Per model: what it costs on the backend the pack serves it with."""
+    from edge_rt.build.files import model_files  # how the build stores a model (graph + weights file)
     from edge_rt.build.tensorrt import bucket_bindings  # pure shape rules shared with the build
 
     section = pack.manifest.get("tensorrt", {})
@@ -107,9 +108,7 @@ def model_memory(pack) -> list[ModelMemory]:
             onnx_path = pack.model(stage, model, "int8")
             rec = engines.get(f"{stage}/{model}", {})
             trt = rec.get("backend", "tensorrt") == "tensorrt" and bool(rec.get("file"))
-            onnx_bytes = onnx_path.stat().st_size
-            data = onnx_path.with_name(onnx_path.name + ".data")
-            onnx_bytes += data.stat().st_size if data.is_file() else 0
+            onnx_bytes = sum(f.stat().st_size for f in model_files(onnx_path))  # graph + weights file
             file_bytes = (rec.get("engine_bytes") or (pack.dir / rec["file"]).stat().st_size) if trt else onnx_bytes
             recorded = trt and rec.get("activation_bytes") is not None
             act = (int(rec["activation_bytes"]) if recorded
