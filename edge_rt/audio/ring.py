@@ -159,7 +159,8 @@ class Ring:
     def peek_newest(self, out: np.ndarray) -> int:
         """Copy the newest ``len(out)`` published samples into ``out`` without consuming anything;
         returns how many were copied (fewer when fewer were ever written, 0 when the producer
-        overwrote them while they were copied). Allocation-free; for the consumer's thread."""
+        overwrote them while they were copied). Allocation-free; for the consumer's side (the worker,
+        or the run watcher while the worker waits inside an engine run: it changes no index)."""
         w = self._written
         n = min(len(out), w, self.capacity)
         start = (w - n) & self._mask

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -229,6 +229,7 @@ class OrtBoundRun:
     def __init__(self, session, binding, keep, carried: tuple[tuple[np.ndarray, np.ndarray], ...] = (),
                  order: tuple[str, ...] = ()):
         self._session, self._binding, self._keep, self._carried = session, binding, keep, carried
+        self._run_options = None  # ONNX Runtime RunOptions of run_unless (made on its first call, then reused)
         self._order = order  # output names in binding order (the order of binding.get_outputs())
         # ONNX Runtime keeps the value it allocated bound, and the next run with another shape
         # fails: data-dependent outputs are bound afresh before every run.
@@ -240,6 +241,37 @@ class OrtBoundRun:
         self._session.run_with_iobinding(self._binding)
         for state, nxt in self._carried:
             np.copyto(state, nxt)
+
+    def run_unless(self, stop: Callable[[], bool]) -> bool:
+        """Run, unless ``stop()`` says True before or during the run; True if the run completed.
+
+        During the run ``stop`` is asked from a helper thread every few ms (:mod:`interrupt`), which
+        sets ONNX Runtime's ``RunOptions.terminate``: an interrupted run's outputs are undefined, and
+        carried state is left as it was. Any other failure of the run raises as :meth:`run` does.
+        """
+        if stop():
+            return False
+        from edge_rt.backends.interrupt import watcher
+
+        if self._run_options is None:
+            import onnxruntime as ort
+
+            self._run_options = ort.RunOptions()
+        ro = self._run_options
+        for name in self._dynamic:
+            self._binding.bind_output(name, "cpu")
+        try:
+            with watcher().watching(ro, stop):
+                self._session.run_with_iobinding(self._binding, ro)
+                done = True
+        except Exception as e:  # ONNX Runtime's Fail: "Exiting due to terminate flag being set to true"
+            if "terminate flag" not in str(e):
+                raise
+            done = False
+        if done:
+            for state, nxt in self._carried:
+                np.copyto(state, nxt)
+        return done
 
     def reset_state(self) -> None:
         """Zero every ``device_resident`` input (a new stream or utterance starts)."""

@@ -52,6 +52,8 @@ def render_report(manifest: dict) -> str:
             g = m.get("gate") or {}
             recipe = (m.get("recipe") or {}).get("name", "–")
             result = "kept INT8" if m.get("precision") == "int8" else m.get("fallback", "FP32")
+            if rec.get("borrowed_from"):  # build.py _borrow_int8: the same FP32 files and key in another pack
+                result += f" (the INT8 step of pack `{rec['borrowed_from']}`, same files and key)"
             lines.append(f"| {name} | {m.get('precision')} | {recipe} | {_f(m.get('calibration'))} | "
                          f"{m.get('calibration_samples', '–')} | {g.get('metric', '–')} | {_f(g.get('fp32'))} | "
                          f"{_f(g.get('int8'))} | {_f(g.get('delta'))} | {_f(g.get('limit'))} | {result} |")

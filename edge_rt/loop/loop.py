@@ -330,8 +330,8 @@ class Loop:
         if self.endpointer.silence_frames:
             return  # a pause: speculation decodes instead
         if p < self._p_prev and p < self.endpointer.threshold:
-            # Speech is fading: a pause may be starting, and a decode begun now (a few hundred ms, it
-            # cannot be interrupted from this thread) would delay the speculation and the end. Next hop.
+            # Speech is fading: a pause may be starting, and a decode begun now would hold the worker
+            # until the pause watch stops it (within ~5 ms of noticing, in the encoder too). Next hop.
             return
         utt.next_partial = now + self.options.partial_interval_ms * SAMPLE_RATE // 1000
         if self.options.overload.skip_optional(self._capture_lag_s()):

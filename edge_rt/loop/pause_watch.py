@@ -15,8 +15,10 @@ refresh (the next partial comes at its usual interval); after a right one the VA
 and the speculation starts at once. In noise the level does not fall that far in a pause, and the
 decode runs to its end as before.
 
-The encoder run itself is not interrupted (ONNX Runtime's ``RunOptions.terminate`` needs a second
-thread); it is skipped when the pause is already there before it starts.
+The encoder run is one engine call; on ONNX Runtime it is interrupted too: the run watcher
+(``backends/interrupt.py``) asks the same watch from its own thread every 5 ms while the worker
+waits in the run, and sets ``RunOptions.terminate``. The watch only peeks at the capture ring (which
+the audio callback writes and nobody consumes while the worker is inside the run) and its own buffer.
 """
 
 from __future__ import annotations

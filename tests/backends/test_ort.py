@@ -227,3 +227,15 @@ def test_an_unknown_arena_setting_is_named(matmuls):
     d, _, _ = matmuls
     with pytest.raises(ValueError, match="memory_arena must be one of"):
         OrtEngine(d / "a.onnx", SessionOptions(memory_arena="shared"))
+
+
+def test_run_unless_runs_like_run_or_not_at_all(accumulator):
+    ins, outs = _buffers()
+    step = accumulator.bind(ins, outs, device_resident={"state": "state_out"})
+    ins["x"][:] = 1.0
+    assert step.run_unless(lambda: False) is True
+    assert ins["state"][0, 0] == 1.0  # carried like run()
+    assert step.run_unless(lambda: True) is False  # asked before the run: nothing ran, nothing carried
+    assert ins["state"][0, 0] == 1.0
+    step.run()
+    assert ins["state"][0, 0] == 2.0 and outs["y"][0, 0] == 2.0

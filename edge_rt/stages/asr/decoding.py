@@ -106,17 +106,31 @@ class WhisperInference:
             resident[f"self_k_{i}"], resident[f"self_v_{i}"] = f"self_k_out_{i}", f"self_v_out_{i}"
         return self.decoder.bind(feeds, outputs, device_resident=resident, host_outputs=["logits"])
 
-    def encode(self, mel: np.ndarray) -> None:
+    def encode(self, mel: np.ndarray, stop: Callable[[], bool] | None = None) -> None:
         """Run the encoder on float32 [1, 80, frames]; the decoder then attends to it.
 
         Pass :meth:`mel_buffer` (filled in place) to avoid a copy. The
         self-attention cache is not cleared: slots at and after the current
         offset are masked by the decoder graph, so stale values are never read.
+
+        ``stop``: asked before the run and, where the engine's step can be interrupted
+        (``run_unless``: ONNX Runtime), during it; True raises :class:`DecodeStopped`, and what
+        the encoder's outputs hold is undefined until the next ``encode`` completes.
         """
         buf, enc, dec = self._bucket(mel.shape[-1])
         if mel is not buf:
             buf[...] = mel
-        enc.run()
+        if stop is None:
+            enc.run()
+        else:
+            run_unless = getattr(enc, "run_unless", None)  # TensorRT's graph replay cannot be stopped
+            if run_unless is not None:
+                if not run_unless(stop):
+                    raise DecodeStopped("stopped during the encoder")
+            elif stop():
+                raise DecodeStopped("stopped before the encoder")
+            else:
+                enc.run()
         self._decode = dec
 
     def step(self, token: int, offset: int) -> np.ndarray:

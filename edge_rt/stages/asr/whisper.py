@@ -217,7 +217,8 @@ class Asr:
             languages: when the language is detected, the codes it is chosen among (the languages
                 people speak to this device; a kiosk in noise otherwise hears Arabic in an English
                 fragment). None: any of the model's.
-            stop: asked before each window's encoder run and before each decoder step; True abandons
+            stop: asked before each window's encoder run, during it (from a helper thread, where the
+                backend can interrupt a run: ONNX Runtime) and before each decoder step; True abandons
                 the decode with :class:`DecodeStopped` (the loop's partial caption when a pause begins).
 
         Returns:
@@ -247,9 +248,7 @@ class Asr:
                 windows.append(_Window(WindowResult((), 0.0, 1.0, lang, 0.0), bucket, "", silent=True, gated=True))
                 continue
             frames_b = bucket_frames(bucket)
-            if stop is not None and stop():
-                raise DecodeStopped("stopped before the encoder")
-            self._inference.encode(melmod.window(mel, start, frames_b, out=self._inference.mel_buffer(frames_b)))
+            self._inference.encode(melmod.window(mel, start, frames_b, out=self._inference.mel_buffer(frames_b)), stop)
             r = self._task.run(lambda lang: self.tokenizer.prompt(lang, _resolve(task, lang, self.multilingual)),
                                language, previous, previous_language, candidates, stop)
             if not isinstance(language, str):

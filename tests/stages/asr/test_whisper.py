@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 
 import numpy as np
 import pytest
@@ -226,25 +227,45 @@ def test_tiny_english_only_pack_transcribes_jfk(tiny_asr, clips):
 
 
 def test_a_decode_stops_when_asked_and_runs_unchanged_when_not(tiny_asr, clips):
-    """``stop`` is asked before the encoder and before every decoder step; answering False changes nothing."""
+    """``stop`` is asked before the encoder, during it (from the run watcher's thread) and before
+    every decoder step; answering False changes nothing."""
     _, audio = clips["en_jfk"]
-    asked = []
+    asked = []  # the decoding thread's questions (the watcher asks as often as the encoder run lasts)
 
     def stop_after(k: int):
         def stop() -> bool:
-            asked.append(k)
+            if threading.current_thread() is threading.main_thread():
+                asked.append(k)
             return len(asked) > k
         return stop
 
     plain = tiny_asr.transcribe(audio)
-    never = tiny_asr.transcribe(audio, stop=lambda: asked.append(0) or False)
-    assert never == plain and len(asked) == len(plain.tokens) + 2  # encoder, each token, <|endoftext|>
+    never = tiny_asr.transcribe(audio, stop=stop_after(10_000))
+    # before the encoder, before each token and <|endoftext|>
+    assert never == plain and len(asked) == len(plain.tokens) + 2
     for k in (0, 1, 5):
         asked.clear()
         with pytest.raises(DecodeStopped):
             tiny_asr.transcribe(audio, stop=stop_after(k))
         assert len(asked) == k + 1
     assert tiny_asr.transcribe(audio) == plain  # a stopped decode leaves nothing behind
+
+
+def test_an_encoder_run_is_interrupted_from_the_watcher_thread(tiny_asr, clips):
+    """A pause that begins while the encoder runs stops it there (ONNX Runtime's RunOptions.terminate),
+    not after it; the next decode is unaffected."""
+    _, audio = clips["en_jfk"]
+    plain = tiny_asr.transcribe(audio)
+    by = []
+
+    def stop() -> bool:  # says "stop" only when asked from inside the encoder run
+        by.append(threading.current_thread().name)
+        return by[-1] == "edge-rt-run-watcher"
+
+    with pytest.raises(DecodeStopped, match="during the encoder"):
+        tiny_asr.transcribe(audio, stop=stop)
+    assert "edge-rt-run-watcher" in by
+    assert tiny_asr.transcribe(audio) == plain
 
 
 def test_unknown_language_and_task_are_rejected(asr, tiny_asr):
@@ -312,7 +333,7 @@ def test_a_short_window_is_encoded_at_its_own_size(asr, default_pack, clips, eng
 
     inference = asr._inference
     encode, frames_seen = inference.encode, []
-    monkeypatch.setattr(inference, "encode", lambda mel: (frames_seen.append(mel.shape[-1]), encode(mel))[1])
+    monkeypatch.setattr(inference, "encode", lambda mel, stop=None: (frames_seen.append(mel.shape[-1]), encode(mel, stop))[1])
     speech = clips[english_clips[0]["id"]][1][: 3 * SAMPLE_RATE]
     result = asr.transcribe(speech, language="en")
     assert result.bucket_s == 5 and frames_seen and set(frames_seen) == {bucket_frames(5)}, frames_seen
