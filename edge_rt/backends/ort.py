@@ -260,18 +260,16 @@ class OrtBoundRun:
         ro = self._run_options
         for name in self._dynamic:
             self._binding.bind_output(name, "cpu")
-        try:
-            with watcher().watching(ro, stop):
+        with watcher().watching(ro, stop):
+            try:
                 self._session.run_with_iobinding(self._binding, ro)
-                done = True
-        except Exception as e:  # ONNX Runtime's Fail: "Exiting due to terminate flag being set to true"
-            if "terminate flag" not in str(e):
-                raise
-            done = False
-        if done:
-            for state, nxt in self._carried:
-                np.copyto(state, nxt)
-        return done
+            except Exception:  # ONNX Runtime's Fail "Exiting due to terminate flag being set to true", or not
+                if not ro.terminate:  # (read before leaving the block, which clears it)
+                    raise
+                return False
+        for state, nxt in self._carried:
+            np.copyto(state, nxt)
+        return True
 
     def reset_state(self) -> None:
         """Zero every ``device_resident`` input (a new stream or utterance starts)."""

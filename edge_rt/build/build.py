@@ -132,6 +132,12 @@ def _own_hashes(entry: dict) -> dict[str, str]:
     return {rel: h for rel, h in entry.get("sha256", {}).items() if not rel.startswith(("int8/", "int8_trt/"))}
 
 
+def _record_files(record: dict) -> list[str]:
+    """The pack-relative files an INT8 stage record wrote: each model's INT8 files and TensorRT twin's."""
+    return [rel for m in record.get("models", {}).values()
+            for rel in (*m.get("files", {}), *(m.get("trt") or {}).get("files", {}))]
+
+
 def _borrow_int8(out_dir: Path, stages: dict, old: dict, donors, log: Callable[[str], None]
                  ) -> tuple[dict, dict[str, tuple[str, list[str]]]]:
     """Take over another built pack's INT8 record of each stage this pack has no record of yet, where every
@@ -161,8 +167,7 @@ def _borrow_int8(out_dir: Path, stages: dict, old: dict, donors, log: Callable[[
                 for s in (stage, *INT8_DEPENDS.get(stage, ())))
             if not record or not same:
                 continue
-            rels = [rel for m in record.get("models", {}).values()
-                    for rel in (*m.get("files", {}), *(m.get("trt") or {}).get("files", {}))]
+            rels = _record_files(record)
             if not all((Path(donor_dir) / rel).is_file() for rel in rels):
                 continue
             for rel in rels:
@@ -187,8 +192,6 @@ def _drop_unkept(out_dir: Path, int8: dict, borrowed: dict[str, tuple[str, list[
         record = int8.get("stages", {}).get(stage, {})
         if record.get("borrowed_from") == donor:
             continue
-        named = {rel for m in record.get("models", {}).values()
-                 for rel in (*m.get("files", {}), *(m.get("trt") or {}).get("files", {}))}
-        for rel in set(rels) - named:
+        for rel in set(rels) - set(_record_files(record)):
             (out_dir / rel).unlink(missing_ok=True)
         log(f"{stage}: the INT8 result of pack '{donor}' did not match this build's key; quantized here")
