@@ -108,16 +108,21 @@ def test_bound_steps_allocate_nothing(accumulator):
     # 2000 runs: anything allocated per run and kept would show as >= 2000 blocks.
     assert sum(d.size_diff for d in grown) < 1024, "\n".join(str(d) for d in grown[:10])
     # ... and nothing transient either: the peak over a run is what the snapshot machinery itself holds.
-    tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        base = tracemalloc.get_traced_memory()[0]
-        for _ in range(200):
-            step.run()
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert peak - base < 1024, f"a bound run allocated {peak - base} bytes transiently"
+    # tracemalloc sees every thread: a daemon thread of an earlier test allocating meanwhile (1.5 kB once in
+    # a full run) is not the bound run, so the best of three windows counts; a run that allocates shows in all.
+    growth = []
+    for _ in range(3):
+        tracemalloc.start()
+        try:
+            tracemalloc.reset_peak()
+            base = tracemalloc.get_traced_memory()[0]
+            for _ in range(200):
+                step.run()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        growth.append(peak - base)
+    assert min(growth) < 1024, f"a bound run allocated {growth} bytes transiently"
 
 
 @pytest.fixture(scope="module")
