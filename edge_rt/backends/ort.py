@@ -236,9 +236,15 @@ class OrtBoundRun:
         self._dynamic = tuple(n for n in order if keep[1][n] is None)
 
     def run(self) -> None:
+        self._bind_dynamic()
+        self._session.run_with_iobinding(self._binding)
+        self._carry()
+
+    def _bind_dynamic(self) -> None:
         for name in self._dynamic:
             self._binding.bind_output(name, "cpu")
-        self._session.run_with_iobinding(self._binding)
+
+    def _carry(self) -> None:
         for state, nxt in self._carried:
             np.copyto(state, nxt)
 
@@ -258,8 +264,7 @@ class OrtBoundRun:
 
             self._run_options = ort.RunOptions()
         ro = self._run_options
-        for name in self._dynamic:
-            self._binding.bind_output(name, "cpu")
+        self._bind_dynamic()
         with watcher().watching(ro, stop):
             try:
                 self._session.run_with_iobinding(self._binding, ro)
@@ -267,8 +272,7 @@ class OrtBoundRun:
                 if not ro.terminate:  # (read before leaving the block, which clears it)
                     raise
                 return False
-        for state, nxt in self._carried:
-            np.copyto(state, nxt)
+        self._carry()
         return True
 
     def reset_state(self) -> None:

@@ -120,17 +120,15 @@ class WhisperInference:
         buf, enc, dec = self._bucket(mel.shape[-1])
         if mel is not buf:
             buf[...] = mel
-        if stop is None:
-            enc.run()
+        # TensorRT's graph replay has no run_unless: it cannot be stopped once started.
+        run_unless = getattr(enc, "run_unless", None) if stop is not None else None
+        if run_unless is not None:
+            if not run_unless(stop):
+                raise DecodeStopped("stopped during the encoder")
+        elif stop is not None and stop():
+            raise DecodeStopped("stopped before the encoder")
         else:
-            run_unless = getattr(enc, "run_unless", None)  # TensorRT's graph replay cannot be stopped
-            if run_unless is not None:
-                if not run_unless(stop):
-                    raise DecodeStopped("stopped during the encoder")
-            elif stop():
-                raise DecodeStopped("stopped before the encoder")
-            else:
-                enc.run()
+            enc.run()
         self._decode = dec
 
     def step(self, token: int, offset: int) -> np.ndarray:
