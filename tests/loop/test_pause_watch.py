@@ -12,6 +12,7 @@ from edge_rt.audio.ring import Ring
 from edge_rt.loop.options import LoopOptions
 from edge_rt.loop.pause_watch import PauseWatch, speech_level
 from edge_rt.measure.noise import make_noise, mix_at_snr, _rng
+from edge_rt.stages.asr.decoding import DecodeStopped
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME
 
 CLIP = "en_librispeech_1995-1837-0001"
@@ -107,22 +108,26 @@ def test_options_are_checked():
 class _SlowSteps:
     """The real ASR whose partial decodes (the ones given a ``stop``) take 40 ms more per decoder step:
     a device slow enough that a partial is still running when the speaker pauses. Records where the
-    capture was when a decode was stopped."""
+    capture was when a decode was stopped (where DecodeStopped came out: a "yes" from the run watcher
+    while the encoder run was already returning does not stop it, the next step's question does)."""
 
     def __init__(self, asr, ring: Ring):
         self._asr, self._ring, self.stopped_at = asr, ring, []
 
     def transcribe(self, audio, **kw):
         stop = kw.get("stop")
-        if stop is not None:
-            def slow_stop():
-                time.sleep(0.040)
-                if stop():
-                    self.stopped_at.append(self._ring.written)
-                    return True
-                return False
-            kw["stop"] = slow_stop
-        return self._asr.transcribe(audio, **kw)
+        if stop is None:
+            return self._asr.transcribe(audio, **kw)
+
+        def slow_stop():
+            time.sleep(0.040)
+            return stop()
+
+        try:
+            return self._asr.transcribe(audio, **{**kw, "stop": slow_stop})
+        except DecodeStopped:
+            self.stopped_at.append(self._ring.written)
+            raise
 
     def __getattr__(self, name):
         return getattr(self._asr, name)
