@@ -61,10 +61,15 @@ def test_slowdown_spec_parses_and_rejects_nonsense():
 
 
 # -- the real pack ------------------------------------------------------------------------------
+# Three timings per clip instead of the recorded five: a slowed stage takes twice the time, far from the 1.5x
+# tolerance either way, and the fastest of three is within a few per cent of the fastest of five (CI time).
+REPEATS = 3
+
+
 def _check(slowdown: str = "") -> tuple[bool, str, dict]:
     recorded = json.loads(CHECK_FILE.read_text())
     result = bench(BenchOptions(pack=recorded["pack"], precision=recorded["precision"], clips=tuple(recorded["clips"]),
-                                live=False, speed_repeats=recorded["repeats"], slowdown=slowdown))
+                                live=False, speed_repeats=min(REPEATS, recorded["repeats"]), slowdown=slowdown))
     ok, msg = check_regression(result, recorded)
     return ok, msg, result
 

@@ -25,6 +25,7 @@ from typing import Mapping
 
 import numpy as np
 
+from edge_rt.build.calibration.entropy import use_fast_entropy
 from edge_rt.errors import EdgeRtError
 
 __all__ = ["CalibrationError", "CalibrationOptions", "Calibration", "Calibrator", "CalibratingEngine", "CollectorFull"]
@@ -195,6 +196,7 @@ class Calibrator:
                 f"(check calibration/ and the recipe counts), or (2) the stage never called this model on it "
                 f"(e.g. every clip was judged silent)"
             )
+        use_fast_entropy(self._cal.collector)  # the same thresholds, found without Python's per-bin sums
         with contextlib.redirect_stdout(io.StringIO()):
             data = self._cal.compute_data()
         hist = self._cal.collector.histogram_dict

@@ -40,6 +40,7 @@ import numpy as np
 from edge_rt.build.calibration.inputs import CalibrationData
 from edge_rt.build.calibration.stage_view import StageView
 from edge_rt.build.calibration.stats import PairedRatio, accepts, paired_ratio, screen_rejects
+from edge_rt.build.calibration.workers import map_on_workers
 from edge_rt.pack import repo_root
 
 __all__ = ["ASR_GATE_VOICES", "GateResult", "Gates", "GATE_LIMITS", "GateUtterance", "speech_dir", "f1",
@@ -144,6 +145,9 @@ class Gates:
         self.data = data
         self.clips = clips or speech_dir()
         self._fp32: dict[str, object] = {}
+        # The WER gates decode on ``view.threads`` threads, each with one-thread engines (:mod:`workers`).
+        self.workers = max(1, view.threads)
+        self._engine_threads = 1 if self.workers > 1 else view.threads
 
     def check(self, stage: str, model: str, chosen: Mapping[str, Path]) -> GateResult:
         """The gate of ``stage`` with the models in ``chosen`` (model -> INT8 file) swapped in."""
@@ -217,10 +221,11 @@ class Gates:
         done: dict[int, str] = self._fp32.setdefault("asr_hyps", {}).setdefault((encoder, decoder), {})
         todo = [i for i in which if i not in done]
         if todo:
-            asr = v.asr(v.engine("asr", "encoder", encoder), v.engine("asr", "decoder", decoder))
             utts = self.asr_set()
-            for i in todo:
-                done[i] = asr.transcribe(utts[i].audio, language="en").text
+            t = self._engine_threads
+            texts = map_on_workers(lambda: v.asr(v.engine("asr", "encoder", encoder, t), v.engine("asr", "decoder", decoder, t)),
+                                   lambda asr, i: asr.transcribe(utts[i].audio, language="en").text, todo, self.workers)
+            done.update(zip(todo, texts))
         return {i: done[i] for i in which}
 
     def _asr_paired(self, chosen: Mapping[str, Path], which: list[int]) -> PairedRatio:
@@ -274,16 +279,18 @@ class Gates:
     def _tts_hyps(self, lang: str, path: Path | None) -> list[str]:
         from edge_rt.audio.files import resample
 
-        v = self.view
-        if "tts_asr" not in self._fp32:
-            self._fp32["tts_asr"] = v.asr(v.engine("asr", "encoder"), v.engine("asr", "decoder"))
-        asr = self._fp32["tts_asr"]
-        tts = v.tts({lang: v.engine("tts", lang, path)})
-        hyps = []
-        for s in self._tts_sentences(lang):
-            audio = tts.synthesize(s, lang)
-            hyps.append(asr.transcribe(resample(audio.samples, audio.sample_rate), language="en").text)
-        return hyps
+        v, t = self.view, self._engine_threads
+
+        def make():
+            return v.tts({lang: v.engine("tts", lang, path, t)}), v.asr(v.engine("asr", "encoder", threads=t),
+                                                                         v.engine("asr", "decoder", threads=t))
+
+        def hear(worker, sentence: str) -> str:
+            tts, asr = worker
+            audio = tts.synthesize(sentence, lang)
+            return asr.transcribe(resample(audio.samples, audio.sample_rate), language="en").text
+
+        return map_on_workers(make, hear, self._tts_sentences(lang), self.workers)
 
     def _tts_sentences(self, lang: str) -> list[str]:
         return list(self.data.corpora[lang.split("-")[0]].held_out[:TTS_SENTENCES])
