@@ -48,8 +48,12 @@ class LoopOptions:
     gain: GainOptions | None = field(default_factory=GainOptions)  # automatic gain of each utterance before ASR
     # Whisper writes fluent text for background talk (babble) it is unsure of. An utterance with
     # P(no speech) above the first value AND average log-probability below the second is not translated.
-    # Stricter than Whisper's own (0.6, -1.0): on the speech set only garbage fragments fall under it.
-    unsure: tuple[float, float] | None = (0.15, -0.7)
+    # The log-probability limit is tuned on generated audio (tools/tune_unsure.py: the recipe's voices,
+    # 32 items of babble alone and 32 of one sentence in babble, pink, brown or music noise at 0-10 dB):
+    # invented text from babble alone came out at -1.011 and below (but one fluent sentence at -0.47 that
+    # no limit catches), wanted speech at -0.99 and above; -1.0 decides them all alike. The old -0.7
+    # (chosen on clean clips) also dropped three of the wanted sentences, at 0 dB.
+    unsure: tuple[float, float] | None = (0.15, -1.0)
     # What an utterance carries to the next one within a few seconds: its language, its text (context.py).
     context: ContextOptions = field(default_factory=ContextOptions)
     # A stage error drops its utterance and the loop goes on; this many in a row means the stage is
