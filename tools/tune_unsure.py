@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     recording = copy.copy(stages)
     recording.asr = Recording(stages.asr)
 
-    def run(kind: str, audio: np.ndarray) -> None:
+    def listen(kind: str, audio: np.ndarray) -> None:
         results.append({"kind": kind, "whisper": []})
         src = FastFileSource(audio)
         sink = TimelineSink(22050, now_s=lambda: src.ring.read_index / SR)
@@ -115,14 +115,14 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(args.items):
         level = rng.uniform(-45, -30) if args.mixed else rng.uniform(-45, -35)
         count = int(rng.integers(6, 11) if args.mixed else rng.integers(4, 7))
-        run(f"babble alone, {count} talkers, {level:.0f} dBFS", _at(talkers.babble(count, n, args.mixed), level))
+        listen(f"babble alone, {count} talkers, {level:.0f} dBFS", _at(talkers.babble(count, n, args.mixed), level))
         clean = np.concatenate([np.zeros(SR, np.float32), _at(talkers.say("en"), -26), np.zeros(SR, np.float32)])
         kind = ("babble", "pink", "brown", "music")[i % 4]
         snr = ((0.0, 5.0) if args.mixed else (5.0, 10.0))[(i // 4) % 2]
         noise = (talkers.babble(6 if args.mixed else 4, len(clean), args.mixed) if kind == "babble"
                  else make_noise(kind, rng, len(clean)))
         mixed, _ = mix_at_snr(clean, np.asarray(noise, np.float64), snr)
-        run(f"speech in {kind} at {snr:g} dB", mixed.astype(np.float32))
+        listen(f"speech in {kind} at {snr:g} dB", mixed.astype(np.float32))
 
     invented = [w["avg_logprob"] for r in results if r["kind"].startswith("babble") for w in r["whisper"]
                 if w["text"].strip() and w["no_speech_prob"] > args.no_speech]

@@ -51,8 +51,8 @@ class LoopOptions:
     # The log-probability limit is tuned on generated audio (tools/tune_unsure.py: the recipe's voices,
     # 32 items of babble alone and 32 of one sentence in babble, pink, brown or music noise at 0-10 dB):
     # invented text from babble alone came out at -1.011 and below (but one fluent sentence at -0.47 that
-    # no limit catches), wanted speech at -0.99 and above; -1.0 decides them all alike. The old -0.7
-    # (chosen on clean clips) also dropped three of the wanted sentences, at 0 dB.
+    # no limit catches), wanted speech at -0.99 and above (but one garbled transcript at -1.49); -1.0
+    # decides the rest alike. The old -0.7 (chosen on clean clips) also dropped three wanted sentences.
     unsure: tuple[float, float] | None = (0.15, -1.0)
     # What an utterance carries to the next one within a few seconds: its language, its text (context.py).
     context: ContextOptions = field(default_factory=ContextOptions)
