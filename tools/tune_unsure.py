@@ -10,7 +10,7 @@ sentences_*.txt, the calibration split: neither the real clips nor the held-out 
 * **speech in noise**: one synthesized English sentence at -26 dBFS in babble, pink, brown or
   music-like noise at 5/10 dB (``--mixed``: 0/5 dB): text is wanted.
 
-Each item goes through the loop as ``edge-rt translate --to en`` runs it, with the gate off, and every
+Each item goes through the noisy eval's loop (``edge-rt translate --to en``'s), with the gate off, and every
 Whisper result is printed (JSON lines) with the interval of limits that decide every item alike:
 above the highest log-probability of invented text that P(no speech) lets through, below the lowest
 of wanted text that it would catch.
@@ -22,20 +22,18 @@ of wanted text that it would catch.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import sys
 
 import numpy as np
 
 from edge_rt.audio.files import resample
-from edge_rt.audio.sinks import TimelineSink
-from edge_rt.audio.sources import FastFileSource
 from edge_rt.build.calibration.corpus import load_corpus
 from edge_rt.build.calibration.inputs import pack_voices
 from edge_rt.build.calibration.stage_view import StageView
-from edge_rt.loop.loop import Loop, LoopOptions
+from edge_rt.loop.loop import LoopOptions
 from edge_rt.measure.noise import make_noise, mix_at_snr
+from edge_rt.measure.noise_eval import run_loop
 from edge_rt.pack import BuiltPack
 from edge_rt.pipeline import load_stages
 from edge_rt.units import SAMPLE_RATE as SR
@@ -86,29 +84,14 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(11 if args.mixed else 7)
     talkers = _Talkers(pack, rng)
     stages = load_stages(pack)
+    options = LoopOptions(target="en", source=None, partials=False, unsure=None)  # edge-rt translate's, gate off
     results: list[dict] = []
 
-    class Recording:  # the pack's ASR, every result kept
-        def __init__(self, asr):
-            self._asr = asr
-
-        def transcribe(self, audio, **kw):
-            r = self._asr.transcribe(audio, **kw)
-            results[-1]["whisper"].append({"text": r.text, "no_speech_prob": round(r.no_speech_prob, 3),
-                                           "avg_logprob": round(r.avg_logprob, 3), "lang": r.language})
-            return r
-
-        def __getattr__(self, name):
-            return getattr(self._asr, name)
-
-    recording = copy.copy(stages)
-    recording.asr = Recording(stages.asr)
-
     def listen(kind: str, audio: np.ndarray) -> None:
-        results.append({"kind": kind, "whisper": []})
-        src = FastFileSource(audio)
-        sink = TimelineSink(22050, now_s=lambda: src.ring.read_index / SR)
-        Loop(recording, src, sink, LoopOptions(target="en", source=None, partials=False, unsure=None)).run()
+        _, drops = run_loop(stages, audio, options)  # the noisy eval's loop; drops.asr kept every result
+        results.append({"kind": kind, "whisper": [
+            {"text": r.text, "no_speech_prob": round(r.no_speech_prob, 3), "avg_logprob": round(r.avg_logprob, 3),
+             "lang": r.language} for r in drops.asr.results]})
         print(json.dumps(results[-1], ensure_ascii=False), flush=True)
 
     n = int(ITEM_S * SR)

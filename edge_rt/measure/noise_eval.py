@@ -135,14 +135,19 @@ def _r(x: float | None, nd: int = 3) -> float | None:
 # -- running ---------------------------------------------------------------------------------------
 
 class _RecordingAsr:
-    """The pack's ASR, remembering its last result (what decided a dropped utterance)."""
+    """The pack's ASR, remembering its results: the last decided a dropped utterance (tools/tune_unsure.py reads
+    them all)."""
 
     def __init__(self, asr):
-        self._asr, self.last = asr, None
+        self._asr, self.results = asr, []
+
+    @property
+    def last(self):
+        return self.results[-1] if self.results else None
 
     def transcribe(self, audio, **kw):
-        self.last = self._asr.transcribe(audio, **kw)
-        return self.last
+        self.results.append(self._asr.transcribe(audio, **kw))
+        return self.results[-1]
 
     def __getattr__(self, name):
         return getattr(self._asr, name)
