@@ -143,3 +143,13 @@ def test_precision_defaults_to_int8():
 
     assert build_parser().parse_args(["translate", "x.wav", "--to", "pt"]).precision == "int8"
     assert build_parser().parse_args(["run", "--to", "pt", "--precision", "fp32"]).precision == "fp32"
+
+
+def test_eval_takes_precision_as_its_precisions():
+    """eval's precision flag is --precisions; --precision, as the other commands spell it, must reach it
+    (it used to be parsed into an unused field, so `eval --noise --precision fp32` measured int8)."""
+    from edge_rt.cli import build_parser
+
+    args = build_parser().parse_args(["eval", "--noise", "--precision", "fp32"])
+    assert args.precisions == "fp32" and not hasattr(args, "precision")
+    assert build_parser().parse_args(["eval", "--precisions", "int8"]).precisions == "int8"

@@ -12,15 +12,21 @@ from edge_rt.cli.speech import _cmd_devices, _cmd_run, _cmd_translate
 from edge_rt.errors import EdgeRtError
 
 
-def _add_pack_args(p: argparse.ArgumentParser) -> None:
+def _add_pack_args(p: argparse.ArgumentParser, precision: bool = True) -> None:
+    """--pack, --threads, --backend and (unless the command has its own ``--precisions``) --precision."""
     p.add_argument("--pack", default="default", help="built pack name under engines/ or its folder (default: default)")
-    p.add_argument("--precision", choices=("fp32", "int8"), default="int8",
-                   help="engine precision (default int8: the build's gated INT8 models, each falling back to fp32 "
-                        "where the build kept it in fp32, see engines/<pack>/build_report.md; fp32 forces fp32)")
+    if precision:
+        _add_precision_arg(p)
     p.add_argument("--threads", type=int, default=2, help="ONNX Runtime threads per engine (default 2)")
     p.add_argument("--backend", choices=("cpu", "tensorrt", "auto"), default="auto",
                    help="what runs the engines: auto (default) = TensorRT where the pack has engines built for this "
                         "TensorRT and GPU, else the CPU (it says which and why); tensorrt fails if it cannot run")
+
+
+def _add_precision_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--precision", choices=("fp32", "int8"), default="int8",
+                   help="engine precision (default int8: the build's gated INT8 models, each falling back to fp32 "
+                        "where the build kept it in fp32, see engines/<pack>/build_report.md; fp32 forces fp32)")
 
 
 def _add_ops_commands(sub) -> None:
@@ -146,7 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--precisions", default="int8,fp32", help="comma-separated: int8,fp32 (default both)")
     e.add_argument("--no-spoken", action="store_true", help="skip transcribing the synthesized output back")
     e.add_argument("--json", action="store_true")
-    _add_pack_args(e)
+    # No --precision here: eval's own is --precisions (argparse reads --precision as it), so a precision
+    # given the way every other command takes it is not silently ignored.
+    _add_pack_args(e, precision=False)
     add_noise_args(e)  # --noise and its options: edge_rt/cli/noise.py
     e.set_defaults(func=_cmd_eval)
 
