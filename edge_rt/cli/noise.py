@@ -31,6 +31,11 @@ def add_noise_args(e: argparse.ArgumentParser) -> None:
     e.set_defaults(precisions=None)  # --precisions: int8,fp32 for the plain eval, int8 with --noise
 
 
+def _difference(d: dict | None) -> str:
+    """``+3.2 [-4.1, +10.0]``: WER points the product is behind the peer (negative: ahead), 95 % interval."""
+    return "-" if d is None else f"{d['wer_points']:+.1f} [{d['ci95'][0]:+.1f}, {d['ci95'][1]:+.1f}]"
+
+
 def _floats(text: str, flag: str) -> tuple[float, ...]:
     try:
         return tuple(float(x) for x in text.split(",") if x.strip())
@@ -68,7 +73,7 @@ def cmd_eval_noise(args: argparse.Namespace, precision: str) -> int:
         print(json.dumps(result, indent=2, ensure_ascii=False))
         return 0
     table = Table("front end", "noise", "SNR dB", "VAD F1", "VAD F1 all langs", "WER %", "empty", "invented",
-                  "turn P50 ms", "dropped (why)",
+                  "turn P50 ms", "dropped (why)", *(("WER - peer [95 %]",) if args.peer else ()),
                   title=f"eval --noise: {args.pack} {precision}" + (" (peer: faster-whisper)" if args.peer else ""))
     for s in result["summary"]:
         a, p = s.get("loop", {}), s.get("peer")
@@ -78,8 +83,9 @@ def cmd_eval_noise(args: argparse.Namespace, precision: str) -> int:
         table.add_row(s["frontend"], s["kind"], snr, str(s.get("vad", {}).get("f1")),
                       str((s["vad_endpointer"] or {}).get("f1", "-")),
                       both("wer"), both("empty"), both("invented"), str(a.get("turn_latency_ms", {}).get("p50")),
-                      drops)
+                      drops, *((_difference(s.get("loop_minus_peer")),) if args.peer else ()))
     Console().print(table)
     if args.peer:
-        Console().print("product / peer where two numbers are given", highlight=False)
+        Console().print("product / peer where two numbers are given; WER - peer: the product's WER minus the peer's "
+                        "in points, 95 % interval of a paired bootstrap over the mixes", highlight=False)
     return 0

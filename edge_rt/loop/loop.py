@@ -358,9 +358,23 @@ class Loop:
             self.on_caption("partial", utt.trace.utterance, result.language, result.text)
 
     def _recognize(self, start: int, end: int) -> Hypothesis:
-        """One Whisper pass + MT of capture samples [start, end) (see :func:`recognize`)."""
+        """One Whisper pass + MT of capture samples [start, end) (see :func:`recognize`), together with
+        the previous utterance's audio when this one follows it (ContextOptions.joint)."""
+        context = self._context.at(start)
+        known, o = context.joint, self.options.context
+        joint = None
+        if (known is not None and end - known.start_sample <= o.joint_max_s * SAMPLE_RATE
+                and self._transcribes(known.lang)):
+            joint = self._level(self.history.slice(known.start_sample, end))
         return recognize(self.stages, self.options, self._level(self.history.slice(start, end)), end,
-                         self.source.clock, self._context.at(start), self.phrases)
+                         self.source.clock, context, self.phrases, joint)
+
+    def _transcribes(self, lang: str) -> bool:
+        """Whether speech in ``lang`` is transcribed (not translated by Whisper) on the way to the target."""
+        try:
+            return self.stages.route(lang, self.options.target).asr_task == "transcribe"
+        except EdgeRtError:
+            return False
 
     def _rate(self) -> float:
         """Speaking rate of the next translation: faster while earlier speech is still queued (catchup.py)."""
@@ -384,7 +398,7 @@ class Loop:
             tr.dropped = "no speech recognised (silence or noise)"
             self._close(tr)
             return
-        self._context.remember(tr.end_sample, tr.lang, tr.text)  # noise lends no language
+        self._context.remember(tr.end_sample, tr.lang, tr.text, tr.start_sample)  # noise lends no language
         if not hyp.source_pending:
             self.on_caption("final", tr.utterance, tr.lang, tr.text)
         tr.stamp("asr_final", max(hyp.asr_ns, detected))
@@ -415,7 +429,7 @@ class Loop:
         try:
             tr.text = self.stages.asr.transcribe(
                 audio, **self._context.at(tr.start_sample).transcribe_kwargs(tr.lang)).text.strip()
-            self._context.remember(tr.end_sample, tr.lang, tr.text)
+            self._context.remember(tr.end_sample, tr.lang, tr.text, tr.start_sample)
         except Exception as e:  # noqa: BLE001 - a caption only: the translation is already spoken
             self.errors.append(f"utterance {tr.utterance} source caption: {type(e).__name__}: {e}")
             return

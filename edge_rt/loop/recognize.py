@@ -14,11 +14,13 @@ import numpy as np
 
 from edge_rt.errors import EdgeRtError
 from edge_rt.loop.context import NONE, AsrContext
+from edge_rt.loop.continuation import continuation
 from edge_rt.loop.options import LoopOptions
 from edge_rt.loop.phrase_cache import PhraseCache
 from edge_rt.loop.stages import Stages
 from edge_rt.stages.gain import apply_gain
 from edge_rt.stages.tts.voice import TtsAudio
+from edge_rt.units import SAMPLE_RATE
 
 __all__ = ["Hypothesis", "asr_task", "level", "recognize", "with_first_clause"]
 
@@ -61,18 +63,25 @@ def asr_task(stages: Stages, target: str):
 
 
 def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int, clock,
-              context: AsrContext = NONE, phrases: PhraseCache | None = None) -> Hypothesis:
+              context: AsrContext = NONE, phrases: PhraseCache | None = None,
+              joint: np.ndarray | None = None) -> Hypothesis:
     """One Whisper pass (language detection picks transcribe or translate) + MT of ``audio``
     (float32 16 kHz, already levelled), which ends at capture sample ``end``; ``context`` is what
     the previous utterance lends (its language, its text: see context.py); a phrase in ``phrases``
-    is not translated again.
+    is not translated again. ``joint``: the previous utterance's audio and this one's, levelled
+    (``context.joint`` says what the previous one said): decoded instead of ``audio``, and what
+    follows the previous text is this utterance's text; when that cannot be told (another language,
+    a translate route, a beginning that does not match, nothing after it) ``audio`` is decoded.
 
     On a translate route the source-language transcript is not on the critical path: the loop
     decodes it after the first translated clause is on its way (``source_pending``).
     """
     target = options.target
-    first = stages.asr.transcribe(audio, task=asr_task(stages, target),
-                                  **context.transcribe_kwargs(options.source, options.languages))
+    task = asr_task(stages, target)
+    kw = context.transcribe_kwargs(options.source, options.languages)
+    first = _joint(stages, options, joint, len(audio), context, task, kw) if joint is not None else None
+    if first is None:
+        first = stages.asr.transcribe(audio, task=task, **kw)
     heard = first.text.strip()
     unsure = options.unsure
     # The babble rule is for speech out of nowhere. A fragment that follows speech within a few seconds (the
@@ -104,6 +113,23 @@ def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int,
         phrases.put_translation(key, spoken, 0.0)  # no MT on this route: the entry holds the first clause
     return Hypothesis(end, first.language, "" if translated else heard, spoken, asr_ns, clock.now_ns(),
                       source_pending=translated, phrase=key, end_mark_prob=first.end_mark_prob)
+
+
+def _joint(stages: Stages, options: LoopOptions, audio: np.ndarray, samples: int, context: AsrContext, task,
+           kw: dict):
+    """Whisper on the previous utterance's audio and this one's (``samples`` long); the result with only
+    the text after the previous text, or None when that text cannot be told apart (see :func:`recognize`)."""
+    known, o = context.joint, options.context
+    if known is None:
+        return None
+    result = stages.asr.transcribe(audio, task=task, **kw)
+    if result.language != known.lang or (task(result.language) if callable(task) else task) != "transcribe":
+        return None
+    found = continuation(known.text, result.text, result.language)
+    if (found is None or found.cost > o.joint_max_cost
+            or len(found.text.split()) < max(1.0, o.joint_min_words_per_s * samples / SAMPLE_RATE)):
+        return None
+    return replace(result, text=found.text)
 
 
 def with_first_clause(hyp: Hypothesis, tts, target: str, *, rate: float = 1.0,

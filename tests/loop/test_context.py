@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edge_rt.loop.context import NONE, Context, ContextOptions, KeepLanguage
+from edge_rt.loop.context import NONE, Context, ContextOptions, KeepLanguage, Known
 from edge_rt.stages.asr.whisper import Prompt
 from edge_rt.units import SAMPLE_RATE
 
@@ -52,3 +52,22 @@ def test_defaults_and_switches():
         ContextOptions(switch_prob=1.5)
     with pytest.raises(ValueError, match="within_s"):
         ContextOptions(within_s=-1)
+
+
+def test_a_follow_up_is_decoded_with_the_previous_utterance_when_its_start_is_known():
+    """ContextOptions.joint: the previous utterance's start, text and language, for joint decoding."""
+    ctx = Context()
+    ctx.remember(3 * SAMPLE_RATE, "en", " However ", start_sample=2 * SAMPLE_RATE)
+    assert ctx.at(4 * SAMPLE_RATE).joint == Known(2 * SAMPLE_RATE, "However", "en")
+    assert ctx.at(9 * SAMPLE_RATE).joint is None  # too late: a new conversation
+    ctx.remember(5 * SAMPLE_RATE, "de", "", start_sample=4 * SAMPLE_RATE)  # a caption still pending
+    assert ctx.at(6 * SAMPLE_RATE).joint is None and ctx.at(6 * SAMPLE_RATE).follows
+    off = Context(ContextOptions(joint=False))
+    off.remember(3 * SAMPLE_RATE, "en", "However", start_sample=2 * SAMPLE_RATE)
+    assert off.at(4 * SAMPLE_RATE).joint is None
+    unknown = Context()
+    unknown.remember(3 * SAMPLE_RATE, "en", "However")  # no start sample: nothing to decode it with
+    assert unknown.at(4 * SAMPLE_RATE).joint is None
+    for bad in ({"joint_max_cost": -0.1}, {"joint_max_s": 31}, {"joint_max_s": 0}):
+        with pytest.raises(ValueError, match="joint_max"):
+            ContextOptions(**bad)

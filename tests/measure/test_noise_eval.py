@@ -142,3 +142,24 @@ def test_summary_of_rows_the_peer_did_not_run_on():
     assert "peer" not in alone and alone["loop"]["wer"] == 0.0
     with_peer = _summary([{**row, "peer": {"text": "ask", "empty": False, "invented": []}}], peer=True)
     assert with_peer["peer"]["wer"] == 50.0
+    assert with_peer["loop_minus_peer"] == {"wer_points": -50.0, "ci95": [-50.0, -50.0], "mixes": 1, "words": 2}
+
+
+def test_the_difference_to_the_peer_has_a_paired_interval():
+    """Loop minus peer WER over the same mixes: the point difference, and a bootstrap interval that holds
+    it, narrow when the two err on the same mixes and wide when one mix decides it."""
+    from edge_rt.measure.noise_eval import wer_difference
+
+    def row(ref, loop, peer):
+        return {"reference": ref, "loop": {"text": loop}, "peer": {"text": peer}}
+
+    ref = "ask not what your country can do for you"  # 9 words
+    same = [row(ref, "ask not what your country can do", "ask not what your country can do")] * 10
+    d = wer_difference(same)
+    assert d == {"wer_points": 0.0, "ci95": [0.0, 0.0], "mixes": 10, "words": 90}
+    one_bad = [row(ref, ref, ref)] * 9 + [row(ref, "", ref)]  # the loop lost one whole clip of ten
+    d = wer_difference(one_bad)
+    assert d["wer_points"] == 10.0 and d["ci95"][0] == 0.0 and 20.0 <= d["ci95"][1] <= 40.0
+    behind = [row(ref, "ask what your country can do", ref)] * 10  # 3 words of 9 lost on every mix
+    d = wer_difference(behind)
+    assert d["wer_points"] == d["ci95"][0] == d["ci95"][1] == 33.33
