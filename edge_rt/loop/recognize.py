@@ -117,8 +117,9 @@ def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int,
 
 def _joint(stages: Stages, options: LoopOptions, audio: np.ndarray, samples: int, context: AsrContext, task,
            kw: dict):
-    """Whisper on the previous utterance's audio and this one's (``samples`` long); the result with only
-    the text after the previous text, or None when that text cannot be told apart (see :func:`recognize`)."""
+    """Whisper on ``audio``, the previous utterance's audio and this one's (``samples`` long); the result
+    with only the text after the previous text, or None when that text cannot be told apart (see
+    :func:`recognize`)."""
     known, o = context.joint, options.context
     if known is None:
         return None
