@@ -41,7 +41,7 @@ from edge_rt.loop.context import Context
 from edge_rt.loop.catchup import speaking_rate
 from edge_rt.loop.pause_watch import PauseWatch, speech_level
 from edge_rt.loop.phrase_cache import PhraseCache
-from edge_rt.loop.recognize import Hypothesis, level, recognize, with_first_clause
+from edge_rt.loop.recognize import Hypothesis, asr_task, level, recognize, route_task, with_first_clause
 from edge_rt.loop.stages import Stages
 from edge_rt.loop.stream import LocalAgreement
 from edge_rt.loop.trace import TracePublisher, TraceWriter, UtteranceTrace
@@ -364,17 +364,10 @@ class Loop:
         known, o = context.joint, self.options.context
         joint = None
         if (known is not None and end - known.start_sample <= o.joint_max_s * SAMPLE_RATE
-                and self._transcribes(known.lang)):
+                and route_task(asr_task(self.stages, self.options.target), known.lang) == "transcribe"):
             joint = self._level(self.history.slice(known.start_sample, end))
         return recognize(self.stages, self.options, self._level(self.history.slice(start, end)), end,
                          self.source.clock, context, self.phrases, joint)
-
-    def _transcribes(self, lang: str) -> bool:
-        """Whether speech in ``lang`` is transcribed (not translated by Whisper) on the way to the target."""
-        try:
-            return self.stages.route(lang, self.options.target).asr_task == "transcribe"
-        except EdgeRtError:
-            return False
 
     def _rate(self) -> float:
         """Speaking rate of the next translation: faster while earlier speech is still queued (catchup.py)."""

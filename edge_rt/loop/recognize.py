@@ -22,7 +22,7 @@ from edge_rt.stages.gain import apply_gain
 from edge_rt.stages.tts.voice import TtsAudio
 from edge_rt.units import SAMPLE_RATE
 
-__all__ = ["Hypothesis", "asr_task", "level", "recognize", "with_first_clause"]
+__all__ = ["Hypothesis", "asr_task", "level", "recognize", "route_task", "with_first_clause"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,11 @@ def asr_task(stages: Stages, target: str):
             return "transcribe"  # no route: stages.route raises with its message once the language is known
 
     return task_for
+
+
+def route_task(task, lang: str) -> str:
+    """What Whisper is asked for speech in ``lang``: ``task`` is :func:`asr_task`'s answer."""
+    return task(lang) if callable(task) else task
 
 
 def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int, clock,
@@ -124,7 +129,7 @@ def _joint(stages: Stages, options: LoopOptions, audio: np.ndarray, samples: int
     if known is None:
         return None
     result = stages.asr.transcribe(audio, task=task, **kw)
-    if result.language != known.lang or (task(result.language) if callable(task) else task) != "transcribe":
+    if result.language != known.lang or route_task(task, result.language) != "transcribe":
         return None
     found = continuation(known.text, result.text, result.language)
     if (found is None or found.cost > o.joint_max_cost

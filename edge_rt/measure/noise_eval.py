@@ -40,7 +40,7 @@ from edge_rt.loop.options import LoopOptions
 from edge_rt.loop.stages import Stages
 from edge_rt.loop.trace import UtteranceTrace, percentiles
 from edge_rt.measure.noise import NoiseOptions, NoisyMix, noisy_mixes
-from edge_rt.measure.scoring import normalize, wer
+from edge_rt.measure.scoring import wer
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME
 
 __all__ = ["NoiseEvalOptions", "evaluate_noise", "noise_clips", "segment", "frames_of", "vad_counts", "f1",
@@ -287,22 +287,18 @@ def _summary(rows: list[dict], peer: bool) -> dict:
     return out
 
 
-def _edits(reference: str, hypothesis: str) -> tuple[int, int]:
-    """(word edits, reference words) of one transcript."""
-    words = len(normalize(reference, WER_LANG).split())
-    return round(wer([reference], [hypothesis]) * words), words
-
-
 def wer_difference(rows: Sequence[dict]) -> dict:
     """The loop's WER minus the peer's on the same mixes, in points, with a 95 % interval: a paired
-    bootstrap over mixes (the build gates' statistics, :func:`~edge_rt.build.calibration.stats.paired_ratio`,
-    fixed seed). With 12 clips a condition holds ~200 words, and Whisper in noise gets whole clips
+    bootstrap over mixes (the build gates' edit counts and statistics, ``gate.word_edits`` and
+    :func:`~edge_rt.build.calibration.stats.paired_ratio`, fixed seed). With 12 clips a condition holds ~200 words, and Whisper in noise gets whole clips
     right or wrong, so a difference of several points can be chance; the interval says how much."""
+    from edge_rt.build.calibration.gate import word_edits
     from edge_rt.build.calibration.stats import paired_ratio
 
-    loop = [_edits(r["reference"], r["loop"]["text"]) for r in rows]
-    peer = [_edits(r["reference"], r["peer"]["text"]) for r in rows]
-    d = paired_ratio([e for e, _ in peer], [e for e, _ in loop], [n for _, n in loop])
+    refs = [r["reference"] for r in rows]
+    loop, words = word_edits(refs, [r["loop"]["text"] for r in rows])
+    peer, _ = word_edits(refs, [r["peer"]["text"] for r in rows])
+    d = paired_ratio(peer, loop, words)
     return {"wer_points": _r(100 * d.delta, 2), "ci95": [_r(100 * d.low, 2), _r(100 * d.high, 2)],
             "mixes": d.items, "words": d.total}
 
