@@ -134,8 +134,10 @@ class Harness:
         self._echo = np.zeros(feedback[1] if feedback else 0, np.float32)  # recorded, not yet played back
         self.recorded: list[np.ndarray] = []
         self.play_started_ns = 0
-        self.timeline: list[tuple[int, int]] = []  # (clip position, monotonic ns) at each played period
+        # (clip position, monotonic ns, recorded samples before it) at each played period
+        self.timeline: list[tuple[int, int, int]] = []
         self.play_from = 0  # sample of audio() recorded while the clip's first sample was played
+        self._recorded_n = 0  # samples in recorded
         self._client = jack.Client(f"edge_rt_harness_{os.getpid()}", no_start_server=True)
         rate = self._client.samplerate
         if rate != RATE:
@@ -154,13 +156,14 @@ class Harness:
                 buf[:] = gain * self._echo[:frames]
                 self._echo = self._echo[frames:]
             if self._playing.is_set() and self._pos < len(self._clip):
-                self.timeline.append((self._pos, time.monotonic_ns()))
+                self.timeline.append((self._pos, time.monotonic_ns(), self._recorded_n))
                 if self._pos == 0:
-                    self.play_from = sum(len(r) for r in self.recorded)
+                    self.play_from = self._recorded_n
                 n = min(frames, len(self._clip) - self._pos)
                 buf[:n] += self._clip[self._pos : self._pos + n]
                 self._pos += n
             self.recorded.append(inp.get_array().copy())
+            self._recorded_n += frames
 
         self._client.activate()
         self.ports = {"out": out.name, "in": inp.name}
@@ -175,11 +178,20 @@ class Harness:
         self._clip = np.concatenate([self._clip, clip.astype(np.float32)])  # swapped whole: the callback sees either
         return start
 
+    def _period(self, position: int) -> tuple[int, int, int]:
+        """The timeline entry of the period that played clip sample ``position``: the track pauses between
+        appended clips (while the harness waits for edge-rt), so positions are not recording offsets."""
+        return self.timeline[max(0, bisect.bisect_right(self.timeline, (position, float("inf"), 0)) - 1)]
+
     def clip_ns(self, position: int) -> int:
         """Monotonic time at which clip sample ``position`` was played (the JACK clock may lag the wall)."""
-        k = max(0, bisect.bisect_right(self.timeline, (position, float("inf"))) - 1)
-        pos, ns = self.timeline[k]  # the period that played it: the track may pause between appended clips
+        pos, ns, _ = self._period(position)
         return ns + (position - pos) * 1_000_000_000 // RATE
+
+    def recorded_at(self, position: int) -> int:
+        """The sample of :meth:`audio` recorded while clip sample ``position`` was played."""
+        pos, _, n = self._period(position)
+        return n + position - pos
 
     @property
     def done_playing(self) -> bool:
