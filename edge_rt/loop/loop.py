@@ -363,7 +363,8 @@ class Loop:
         context = self._context.at(start)
         known, o = context.joint, self.options.context
         joint = None
-        if (known is not None and end - known.start_sample <= o.joint_max_s * SAMPLE_RATE
+        if (known is not None and end - start >= o.joint_min_s * SAMPLE_RATE
+                and end - known.start_sample <= o.joint_max_s * SAMPLE_RATE
                 and route_task(asr_task(self.stages, self.options.target), known.lang) == "transcribe"):
             joint = self._level(self.history.slice(known.start_sample, end))
         return recognize(self.stages, self.options, self._level(self.history.slice(start, end)), end,

@@ -68,6 +68,7 @@ def test_a_follow_up_is_decoded_with_the_previous_utterance_when_its_start_is_kn
     unknown = Context()
     unknown.remember(3 * SAMPLE_RATE, "en", "However")  # no start sample: nothing to decode it with
     assert unknown.at(4 * SAMPLE_RATE).joint is None
-    for bad in ({"joint_max_cost": -0.1}, {"joint_max_s": 31}, {"joint_max_s": 0}):
-        with pytest.raises(ValueError, match="joint_max"):
+    for bad in ({"joint_max_cost": -0.1}, {"joint_max_s": 31}, {"joint_max_s": 0}, {"joint_min_words_per_s": -1},
+                {"joint_min_s": -0.1}, {"joint_min_s": 28.0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
             ContextOptions(**bad)

@@ -8,6 +8,7 @@ import pytest
 from edge_rt.audio.files import read_audio
 from edge_rt.audio.sinks import TimelineSink
 from edge_rt.audio.sources import FastFileSource
+from edge_rt.loop.context import ContextOptions
 from edge_rt.loop.loop import Loop, LoopOptions
 from edge_rt.loop.phrase_cache import normalize
 from edge_rt.loop.stages import Stages
@@ -65,6 +66,24 @@ def test_every_spoken_utterance_has_the_full_trace(stages, speech_dir):
         assert t.start_sample < t.end_sample
         assert t.turn_latency_ms is not None and t.turn_latency_ms > 0
     assert len(sink.audio()) > 0
+
+
+def test_a_breath_after_a_sentence_is_not_decoded_with_the_sentence(stages, speech_dir):
+    """The ~0.25 s after JFK's last word (breath, room) opens an utterance of its own. Decoded together
+    with the sentence before it (ContextOptions.joint), tiny.en writes one more word of that sentence
+    ("... for your country. Ask"), which was then translated and spoken; too short to hold more than a
+    word, it is decoded alone (ContextOptions.joint_min_s) and comes back as no speech."""
+    jfk = read_audio(speech_dir / "en_jfk.wav")
+
+    def short(**kw):
+        traces, _ = _run(stages, jfk, **kw)
+        return [t for t in traces if t.end_sample - t.start_sample < 0.4 * 16000]
+
+    joined = short(context=ContextOptions(joint_min_s=0.0))
+    assert [t.text for t in joined] == ["Ask"]  # the failure (the test would otherwise prove nothing)
+    alone = short()
+    assert [(t.start_sample, t.end_sample) for t in alone] == [(t.start_sample, t.end_sample) for t in joined]
+    assert [t.translation for t in alone] == [""] and all(t.dropped for t in alone), [t.text for t in alone]
 
 
 def test_speculation_reuses_the_pause_work_without_changing_the_result(stages, speech_dir):
