@@ -10,14 +10,14 @@ Definitions:
   * a **self-translation** is an utterance the VAD opened that overlaps no clip's playing time (widened by
     ``SLACK_S`` each side), whatever ASR then made of it: all it can have heard is edge-rt's own speech;
   * **turn latency** (compared with the same clips without the feedback path, a headset) is taken like with
-    like: the shortest, over the utterances of the clips played into silence that the turn policy ended as
-    "complete", of end of speech -> first translated audio ready (``tts_first_chunk``), i.e. the turn latency
-    without the wait behind earlier speech still playing: the floor every utterance pays, which the front end
-    raises. Whether a pause ends at 64 ms ("complete") or is held to 1024 ms varies from run to run with the
+    like: the shortest, over the utterances of the clips played into silence, of end of speech -> first
+    translated audio ready (``tts_first_chunk``), i.e. the turn latency without the wait behind earlier speech
+    still playing: the floor every utterance pays, which the front end raises (an utterance the turn policy
+    ended as "complete" in every run here; one to four of those a run). Whether a pause ends at 64 ms ("complete") or is held to 1024 ms varies from run to run with the
     speculation's timing, on a headset as much as with the front end, and so do how long a translation queues
     behind the one before it and which utterances are decoded together with the one before them
     (``ContextOptions.joint``: twice the audio): the median turn latency over all utterances was 0.59-2.3x the
-    headset run's in runs here, the median over the "complete" ones 0.43-1.68x, the shortest 1.11-1.13x.
+    headset run's in runs here, the median over the "complete" ones 0.43-1.68x, the shortest 0.79-1.29x.
 
 Program: clip 1; once edge-rt has spoken its translation and fallen silent, clip 2; one second into clip 2's
 translation, a third clip talks over it (barge-in, policy duck in both runs).
@@ -160,10 +160,11 @@ def _run(tmp_path, speech_dir, manifest, name: str, extra: list[str], feedback, 
     # latency of the clips played into silence (the barge-in clip's turn waits for the speech it interrupted)
     into_silence = [u for u, hit in zip(utts, clip_of) if hit and max(hit) < len(CLIPS) and u["latency_ms"]]
     lat = [u["latency_ms"] for u in into_silence]
+    ready = [u["ready_ms"] for u in into_silence if u["ready_ms"] is not None]
     complete = [u["ready_ms"] for u in into_silence if u["end_reason"] == "complete" and u["ready_ms"] is not None]
     result = {"spans": [(round(a, 2), round(b, 2)) for a, b, _ in spans], "utterances": utts, "translated": translated, "self": self_made,
               "latency_ms": float(np.median(lat)) if lat else None,
-              "complete_ready_ms": sorted(complete),
+              "ready_ms": sorted(ready), "complete_ready_ms": sorted(complete),
               "speech_out_s": float(np.sum(np.abs(played) > 0.01) / RATE), "speech_over_last_clip_s": over_last}
     result["speaking"] = _speaking(played[harness.play_from:])
     print(name, json.dumps({k: v for k, v in result.items() if k not in ("self", "utterances")}, ensure_ascii=False))
@@ -218,16 +219,17 @@ def test_loudspeaker_mode_never_translates_itself(jack, tiny_pack, speech_dir, s
         pytest.xfail(f"loudspeaker mode: clip(s) not translated {loud['translated'][: len(CLIPS)]}: double talk "
                      f"inside a clip (our translation of its first phrase over the rest) suppressed by AEC3")
     print(f"turn latency loudspeaker/headset, all utterances: {loud['latency_ms'] / headset['latency_ms']:.3f}")
-    # Like with like (see the docstring): the quickest utterance that both runs ended as "complete" (one to four a
-    # run here; "For a full hour ..." or "but he could wait no longer" in every run).
-    assert loud["complete_ready_ms"] and headset["complete_ready_ms"], (_brief(loud), _brief(headset))
-    ratio = loud["complete_ready_ms"][0] / headset["complete_ready_ms"][0]
-    print(f"end of speech -> translation ready, quickest utterance ended as complete, loudspeaker/headset: "
-          f"{ratio:.3f} (medians: {np.median(loud['complete_ready_ms']) / np.median(headset['complete_ready_ms']):.3f})")
+    # Like with like (see the docstring): the quickest utterance of each run (clips played into silence).
+    assert loud["ready_ms"] and headset["ready_ms"], (_brief(loud), _brief(headset))  # both translated the clips
+    ratio = loud["ready_ms"][0] / headset["ready_ms"][0]
+    print(f"end of speech -> translation ready, quickest utterance, loudspeaker/headset: {ratio:.3f}")
+    if loud["complete_ready_ms"] and headset["complete_ready_ms"]:  # for the log: what the test compared before
+        print(f"... median over the utterances ended as complete: "
+              f"{np.median(loud['complete_ready_ms']) / np.median(headset['complete_ready_ms']):.3f}")
     # 10 % is the target, and the front end adds 10 ms and ~0.3 ms of compute per hop (tests/audio,
     # edge-rt bench); on a shared, loaded 2-core machine two runs of the same program differ by up to
     # ~40 % (a single utterance's latency by more), so only a gross regression fails here.
-    assert ratio < 1.5, (loud["complete_ready_ms"], headset["complete_ready_ms"], _brief(loud), _brief(headset))
+    assert ratio < 1.5, (loud["ready_ms"], headset["ready_ms"], _brief(loud), _brief(headset))
     # Barge-in: the last clip starts while the second one's translation plays (and is heard back).
     assert loud["speech_over_last_clip_s"] > 0.5, _brief(loud)
     if not loud["translated"][-1]:  # not done: see the docstring
