@@ -13,11 +13,12 @@ Definitions:
     like: the shortest, over the utterances of the clips played into silence, of end of speech -> first
     translated audio ready (``tts_first_chunk``), i.e. the turn latency without the wait behind earlier speech
     still playing: the floor every utterance pays, which the front end raises (an utterance the turn policy
-    ended as "complete" in every run here; one to four of those a run). Whether a pause ends at 64 ms ("complete") or is held to 1024 ms varies from run to run with the
-    speculation's timing, on a headset as much as with the front end, and so do how long a translation queues
-    behind the one before it and which utterances are decoded together with the one before them
-    (``ContextOptions.joint``: twice the audio): the median turn latency over all utterances was 0.59-2.3x the
-    headset run's in runs here, the median over the "complete" ones 0.43-1.68x, the shortest 0.79-1.29x.
+    ended as "complete" in all runs here but one, on a loaded machine). Whether a pause ends at 64 ms
+    ("complete") or is held to 1024 ms varies from run to run with the speculation's timing, on a headset as
+    much as with the front end, and so do how long a translation queues behind the one before it and which
+    utterances are decoded together with the one before them (``ContextOptions.joint``: twice the audio): the
+    median turn latency over all utterances was 0.59-2.3x the headset run's in runs here, the median over the
+    "complete" ones 0.43-1.68x, the shortest 0.79-1.29x.
 
 Program: clip 1; once edge-rt has spoken its translation and fallen silent, clip 2; one second into clip 2's
 translation, a third clip talks over it (barge-in, policy duck in both runs).
