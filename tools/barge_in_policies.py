@@ -7,7 +7,7 @@ while edge-rt speaks the second one's translation) with each policy in turn, int
 run: which clips were translated, the barge-in clip's transcript and its word error rate, how much
 translated speech was played, and how many utterances' speech a barge-in stopped before it was heard.
 
-    python tools/barge_in_policies.py --runs 8 --policies duck stop
+    python tools/barge_in_policies.py --runs 8 --policies duck pause stop
 
 About 50 s a run (tiny pack). Needs jackd (`apt install jackd2`) and the dev extra (JACK-Client).
 """
@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from edge_rt.loop.output import BARGE_IN  # noqa: E402
 from edge_rt.measure.scoring import error_rate  # noqa: E402
 from tests.jack import ensure_jack  # noqa: E402
 from tests.loop import test_loudspeaker_jack as scenario  # noqa: E402
@@ -33,7 +34,7 @@ BARGE_REF = scenario.BARGE
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=8, help="runs per policy (interleaved)")
-    ap.add_argument("--policies", nargs="+", default=["duck", "stop"], choices=("duck", "stop", "continue"))
+    ap.add_argument("--policies", nargs="+", default=["duck", "pause", "stop"], choices=BARGE_IN)
     ap.add_argument("--speech-dir", default=str(ROOT.parent / "shared" / "data" / "speech"))
     args = ap.parse_args(argv)
     speech_dir = Path(args.speech_dir)

@@ -5,7 +5,7 @@ back-pressure the synthesizer (``write`` returns how much it accepted) and
 report when the first sample of each utterance reaches the device, so the
 trace can stamp ``first_output``. A ring-backed sink also records what it
 played into a :class:`PlaybackTap` (the echo canceller's far-end reference, see
-frontend.py) and can be ducked or flushed when someone talks over it (barge-in,
+frontend.py) and can be ducked, held or flushed when someone talks over it (barge-in,
 see loop/output.py).
 """
 
@@ -74,6 +74,7 @@ class RingSink:
         self.ring = Ring(capacity, policy="reject")
         self.tap = PlaybackTap(rate)
         self.gain = 1.0  # set by the worker (duck), applied by the callback
+        self.held = False  # set by the worker (pause): the callback plays silence and keeps what is queued
         self._flush_to = 0  # the worker asks the callback to skip unplayed samples up to this index
         self._marks: collections.deque[tuple[int, Callable[[int], None]]] = collections.deque()
 
@@ -83,6 +84,10 @@ class RingSink:
     def duck(self, on: bool) -> None:
         """Play at :data:`DUCK_GAIN` (someone talks over the speech) or at full level again."""
         self.gain = DUCK_GAIN if on else 1.0
+
+    def hold(self, on: bool) -> None:
+        """Stop playing, keeping every unplayed sample (someone talks over the speech), or play on."""
+        self.held = on
 
     def flush(self) -> None:
         """Drop everything written but not played yet (the callback skips it on its next buffer)."""
@@ -96,6 +101,10 @@ class RingSink:
 
     def consume(self, out: np.ndarray, t_ns: int) -> None:
         """Fill ``out`` (silence on underrun, counted); ``t_ns`` is when out[0] is heard."""
+        if self.held:  # paused: nothing is read, so nothing is lost and no mark fires
+            out[:] = 0.0
+            self.tap.record(out, t_ns)
+            return
         if self._flush_to > self.ring.read_index:
             self._skip(self._flush_to, out)
         first, n = self.ring.read_into(out, fill_silence=True)

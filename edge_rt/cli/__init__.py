@@ -99,9 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--hangover-ms", type=int, default=288, help="silence that ends an utterance (default 288)")
     r.add_argument("--loudspeaker", action="store_true",
                    help="the speaker is beside the microphone: cancel the echo of what is played before the VAD")
-    r.add_argument("--barge-in", choices=("duck", "stop", "continue"), default=None,
-                   help="someone talks over the translation: duck it, stop it, or continue "
-                        "(default: duck with --loudspeaker, continue without)")
+    r.add_argument("--barge-in", choices=("duck", "pause", "stop", "continue"), default=None,
+                   help="someone talks over the translation: duck it, pause it until they stop, stop it, or continue "
+                        "(default: pause with --loudspeaker, continue without)")
     r.add_argument("--trace", default=None, help="append one JSON line per utterance to this file")
     r.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus /metrics on this port (0: off)")
     r.add_argument("--metrics-bind", default="127.0.0.1", help="address for /metrics (default 127.0.0.1)")

@@ -100,7 +100,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     options = LoopOptions(target=args.to, source=spoken, languages=languages,
                           endpoint=EndpointOptions(hangover_ms=args.hangover_ms),
                           frontend=FrontEndOptions() if args.loudspeaker else None,
-                          barge_in=args.barge_in or ("duck" if args.loudspeaker else "continue"))
+                          barge_in=args.barge_in or ("pause" if args.loudspeaker else "continue"))
     recording = None
     if args.record:  # field test: session folder + flight recorder (edge_rt/ops/session.py)
         from edge_rt.ops.flight import FlightOptions

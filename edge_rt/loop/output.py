@@ -4,8 +4,8 @@ The sink back-pressures (``write`` returns how much it accepted), so clauses wai
 here; the first sample of each utterance is marked right before it is written,
 so its trace gets ``first_output`` when that sample is played. The loop's
 overload policy reads :meth:`SpeechQueue.backlog_s` and may drop the oldest
-queued utterance; a person talking over the speech (barge-in, :meth:`SpeechQueue.barge_in`) may duck
-or stop it, when the loop's options say so.
+queued utterance; a person talking over the speech (barge-in, :meth:`SpeechQueue.barge_in`) may duck,
+pause or stop it, when the loop's options say so.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from edge_rt.loop.trace import UtteranceTrace
 
 __all__ = ["BARGE_IN", "SpeechQueue"]
 
-BARGE_IN = ("duck", "stop", "continue")  # what a person talking over the translated speech does to it
+BARGE_IN = ("duck", "pause", "stop", "continue")  # what a person talking over the translated speech does to it
 
 
 class SpeechQueue:
@@ -61,15 +61,16 @@ class SpeechQueue:
         return bool(self._items) or self.sink.pending() > 0
 
     def barge_in(self, policy: str) -> list[UtteranceTrace]:
-        """Someone started talking over the speech: ``duck`` it, ``stop`` it, or ``continue``.
+        """Someone started talking over the speech: ``duck`` it, ``pause`` it (silence until
+        :meth:`resume`, then the rest: nothing is lost), ``stop`` it, or ``continue``.
 
         Returns the utterances whose speech was stopped before any of it was heard. Sinks that cannot
-        duck or flush (a file timeline) play on.
+        duck, hold or flush (a file timeline) play on.
         """
-        if policy == "duck":
-            duck = getattr(self.sink, "duck", None)
-            if duck is not None:
-                duck(True)
+        if policy in ("duck", "pause"):
+            act = getattr(self.sink, "duck" if policy == "duck" else "hold", None)
+            if act is not None:
+                act(True)
             return []
         if policy != "stop":
             return []
@@ -87,10 +88,11 @@ class SpeechQueue:
         return unheard
 
     def resume(self) -> None:
-        """The person stopped talking: full level again (after a duck)."""
-        duck = getattr(self.sink, "duck", None)
-        if duck is not None:
-            duck(False)
+        """The person stopped talking: full level again (after a duck), the rest played (after a pause)."""
+        for name in ("duck", "hold"):
+            act = getattr(self.sink, name, None)
+            if act is not None:
+                act(False)
 
     def backlog_s(self) -> float:
         """Seconds of speech synthesized but not played yet (in the sink and here)."""

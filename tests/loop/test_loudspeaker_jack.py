@@ -21,14 +21,17 @@ Definitions:
     "complete" ones 0.43-1.68x, the shortest 0.79-1.29x.
 
 Program: clip 1; once edge-rt has spoken its translation and fallen silent, clip 2; one second into clip 2's
-translation, a third clip talks over it (barge-in, policy duck in both runs).
+translation, a third clip talks over it (barge-in: policy duck on the headset, loudspeaker mode's default,
+pause, with ``--loudspeaker``).
 
 Without the front end the feedback path makes edge-rt translate itself (asserted, so the test shows
-the failure it guards against); with ``--loudspeaker`` it must not. Not done: the barge-in clip (a
-talker about as loud, rms 0.047, as the echo of edge-rt's speech, ~0.05 before ducking) is not translated
-with the front end: WebRTC AEC3's suppressor removes most of the talker while the far end plays (offline:
-the cleaned talker 10-60 dB down in the first ~0.5 s of double talk), so its utterances come out in
-fragments Whisper reads as no speech. The test marks that xfail instead of passing it.
+the failure it guards against); with ``--loudspeaker`` it must not. The barge-in clip (a talker about as
+loud, rms 0.047, as the echo of edge-rt's speech) must be translated: WebRTC AEC3's suppressor removes most of
+a talker while the far end plays (offline: the cleaned talker 10-60 dB down in the first ~0.5 s of double
+talk), so under ducked speech (policy duck, the default before) their utterances came out in fragments
+Whisper reads as no speech in 7 of 12 runs; paused, our speech stops ~0.5 s into theirs and resumes after
+(translated in 7 of 7 runs: 4 of tools/barge_in_policies.py, 3 of this test). A run where the talker is still
+lost is marked xfail, not passed.
 """
 
 from __future__ import annotations
@@ -137,7 +140,8 @@ def _run(tmp_path, speech_dir, manifest, name: str, extra: list[str], feedback, 
     t0 = harness.play_started_ns
     played = harness.audio()  # what edge-rt played, on the harness's sample clock
     a, b = harness.recorded_at(spans[-1][0]), harness.recorded_at(spans[-1][1] - 1) + 1
-    over_last = float(np.sum(np.abs(played[a:b]) > 0.01) / RATE)  # its speech while the last clip plays
+    over_last = float(np.sum(np.abs(played[a:b]) > SPEAKING) / RATE)  # its speech while the last clip plays
+    at_barge = float(np.sum(np.abs(played[a:a + RATE // 2]) > SPEAKING) / RATE)  # ... in its first 0.5 s
     spans = [((harness.clip_ns(a) - t0) / 1e9, (harness.clip_ns(b - 1) - t0) / 1e9, ref)
              for a, b, ref in spans]  # where the clips really were on the wall clock
     traces = [json.loads(line) for line in trace_path.read_text().splitlines()] if trace_path.exists() else []
@@ -166,7 +170,8 @@ def _run(tmp_path, speech_dir, manifest, name: str, extra: list[str], feedback, 
     result = {"spans": [(round(a, 2), round(b, 2)) for a, b, _ in spans], "utterances": utts, "translated": translated, "self": self_made,
               "latency_ms": float(np.median(lat)) if lat else None,
               "ready_ms": sorted(ready), "complete_ready_ms": sorted(complete),
-              "speech_out_s": float(np.sum(np.abs(played) > 0.01) / RATE), "speech_over_last_clip_s": over_last}
+              "speech_out_s": float(np.sum(np.abs(played) > 0.01) / RATE), "speech_over_last_clip_s": over_last,
+              "speech_at_last_clip_s": at_barge}
     result["speaking"] = _speaking(played[harness.play_from:])
     print(name, json.dumps({k: v for k, v in result.items() if k not in ("self", "utterances")}, ensure_ascii=False))
     print(_table(utts))
@@ -231,7 +236,8 @@ def test_loudspeaker_mode_never_translates_itself(jack, tiny_pack, speech_dir, s
     # edge-rt bench); on a shared, loaded 2-core machine two runs of the same program differ by up to
     # ~40 % (a single utterance's latency by more), so only a gross regression fails here.
     assert ratio < 1.5, (loud["ready_ms"], headset["ready_ms"], _brief(loud), _brief(headset))
-    # Barge-in: the last clip starts while the second one's translation plays (and is heard back).
-    assert loud["speech_over_last_clip_s"] > 0.5, _brief(loud)
-    if not loud["translated"][-1]:  # not done: see the docstring
-        pytest.xfail("barge-in under a louder echo: AEC3 suppresses the talker during double talk")
+    # Barge-in: the last clip starts while the second one's translation plays (and is heard back); paused, edge-rt
+    # goes quiet once it hears the talker (~0.5 s).
+    assert loud["speech_at_last_clip_s"] > 0.1, _brief(loud)  # 0.33-0.34 s in runs here
+    if not loud["translated"][-1]:  # translated in every paused run so far (see the docstring); one run is no proof
+        pytest.xfail(f"barge-in: the talker over our echo was not translated (AEC3 during double talk)\n{_brief(loud)}")

@@ -1,4 +1,4 @@
-"""SpeechQueue: back-pressure, first-output marks, barge-in (duck, stop, continue) and shedding."""
+"""SpeechQueue: back-pressure, first-output marks, barge-in (duck, pause, stop, continue) and shedding."""
 
 import numpy as np
 import pytest
@@ -44,6 +44,31 @@ def test_duck_lowers_the_speech_until_resume():
     q.resume()
     sink.consume(out, 0)
     np.testing.assert_allclose(out, 1.0)
+
+
+def test_pause_plays_silence_and_then_every_sample_it_held():
+    q, sink = _queue(capacity=512)
+    heard, waiting = UtteranceTrace(1), UtteranceTrace(2)
+    speech = np.arange(1, 801, dtype=np.float32)
+    q.add(heard, speech[:400], first=True)
+    q.add(waiting, speech[400:], first=True)
+    q.push()
+    out = np.empty(256, np.float32)
+    sink.consume(out, 0)  # the first utterance has begun playing
+    played = [out.copy()]
+    assert q.barge_in("pause") == []
+    for _ in range(3):  # the person talks: silence, nothing read, no mark fires, the far end hears silence
+        sink.consume(out, 1_000)
+        np.testing.assert_array_equal(out, 0.0)
+        q.push()
+    assert "first_output" not in waiting.t_ns and sink.pending() == 512
+    q.resume()
+    while q.playing():
+        sink.consume(out, 2_000_000)
+        played.append(out.copy())
+        q.push()
+    np.testing.assert_array_equal(np.concatenate(played)[:800], speech)  # all of it, in order
+    assert waiting.t_ns["first_output"] >= 2_000_000
 
 
 def test_stop_drops_queued_and_unplayed_speech_and_names_the_unheard():
