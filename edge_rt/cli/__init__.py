@@ -16,17 +16,13 @@ def _add_pack_args(p: argparse.ArgumentParser, precision: bool = True) -> None:
     """--pack, --threads, --backend and (unless the command has its own ``--precisions``) --precision."""
     p.add_argument("--pack", default="default", help="built pack name under engines/ or its folder (default: default)")
     if precision:
-        _add_precision_arg(p)
+        p.add_argument("--precision", choices=("fp32", "int8"), default="int8",
+                       help="engine precision (default int8: the build's gated INT8 models, each falling back to fp32 "
+                            "where the build kept it in fp32, see engines/<pack>/build_report.md; fp32 forces fp32)")
     p.add_argument("--threads", type=int, default=2, help="ONNX Runtime threads per engine (default 2)")
     p.add_argument("--backend", choices=("cpu", "tensorrt", "auto"), default="auto",
                    help="what runs the engines: auto (default) = TensorRT where the pack has engines built for this "
                         "TensorRT and GPU, else the CPU (it says which and why); tensorrt fails if it cannot run")
-
-
-def _add_precision_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--precision", choices=("fp32", "int8"), default="int8",
-                   help="engine precision (default int8: the build's gated INT8 models, each falling back to fp32 "
-                        "where the build kept it in fp32, see engines/<pack>/build_report.md; fp32 forces fp32)")
 
 
 def _add_ops_commands(sub) -> None:
