@@ -87,7 +87,9 @@ class BuiltPack:
         """
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
-        models = self.stage(stage)["models"]
+        entry = self.stage(stage)
+        # "parts": graphs the build derived from a model (Piper's prior and vocoder), FP32 only
+        models = {**entry.get("parts", {}), **entry["models"]}
         if model not in models:
             raise PackNotBuiltError(
                 f"model pack '{self.name}' has no model '{model}' for stage '{stage}'; "

@@ -25,6 +25,14 @@ def resample(samples: np.ndarray, rate: int, target: int = SAMPLE_RATE) -> np.nd
     return soxr.resample(samples.astype(np.float32, copy=False), rate, target, quality="HQ").astype(np.float32)
 
 
+def resampler(rate: int, target: int):
+    """A soxr stream from ``rate`` to ``target`` Hz for consecutive chunks of one signal:
+    ``.resample_chunk(x, last=...)`` (chunks resampled one by one would each get filter edges)."""
+    import soxr
+
+    return soxr.ResampleStream(rate, target, 1, dtype="float32", quality="HQ")
+
+
 def read_audio(path: str | Path, rate: int = SAMPLE_RATE) -> np.ndarray:
     """Decode an audio file to float32 mono at ``rate`` Hz.
 

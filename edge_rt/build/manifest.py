@@ -63,10 +63,11 @@ def previous_stage(old: dict[str, Any], stage: str) -> dict[str, Any] | None:
 
 
 def stage_files(record: dict[str, Any], out_dir: Path | None = None) -> list[str]:
-    """Pack-relative paths a stage record names: every model file, then every asset. With ``out_dir``,
-    each model's weights file (``<model>.data``, build/files.py) follows its model where it is on disk."""
+    """Pack-relative paths a stage record names: every model file (``parts`` included: graphs derived from
+    a model, e.g. Piper's prior and vocoder), then every asset. With ``out_dir``, each model's weights file
+    (``<model>.data``, build/files.py) follows its model where it is on disk."""
     rels = []
-    for m in record.get("models", {}).values():
+    for m in (*record.get("models", {}).values(), *record.get("parts", {}).values()):
         for p in m.values():
             rels.append(p)
             if out_dir is not None and (Path(out_dir) / (p + WEIGHTS_SUFFIX)).is_file():

@@ -47,6 +47,7 @@ from edge_rt.loop.stream import LocalAgreement
 from edge_rt.loop.trace import TracePublisher, TraceWriter, UtteranceTrace
 from edge_rt.loop.turn_policy import TurnPolicy
 from edge_rt.stages.asr.decoding import DecodeStopped
+from edge_rt.stages.tts.voice import first_clauses
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME, VAD_FRAME_MS
 
 __all__ = ["Loop", "LoopOptions"]  # LoopOptions lives in options.py; importable from here too
@@ -104,6 +105,8 @@ class Loop:
         self._frontend = FrontEnd.for_loop(options.frontend, source.clock, sink) if options.frontend else None
         self._barged = False  # someone talks over the speech: ducked until their utterance ends
         self._clauses: Iterator | None = None  # the rest of the current translation's clauses
+        self._clause_open = False  # the last chunk queued was not its clause's last (a streamed sentence)
+        self._resampler = None  # the current clause's soxr stream when the sink runs at another rate
         self._clause_trace: UtteranceTrace | None = None
         self._count = 0
         self.hops = 0
@@ -411,8 +414,9 @@ class Loop:
         clauses = itertools.chain([hyp.speech[0]], hyp.speech[1]) if hyp.speech is not None else iter(())
         if self.options.overload.shorten(self._output_backlog_s()):  # level 2: say less
             self.overload.translations_shortened += 1
-            clauses = itertools.islice(clauses, self.options.overload.clauses)
+            clauses = first_clauses(clauses, self.options.overload.clauses)
         self._clauses = clauses
+        self._clause_open = False
         self._clause_trace = tr
         self._next_clause()
         if hyp.source_pending:  # the translation is on its way: now the source-language caption
@@ -438,10 +442,14 @@ class Loop:
             chunk = next(self._clauses, None)
             if chunk is not None:
                 samples = chunk.samples
-                if chunk.sample_rate != self.sink.rate:
-                    from edge_rt.audio.files import resample
+                if chunk.sample_rate != self.sink.rate:  # one soxr stream per clause: its chunks are one signal
+                    if not self._clause_open or self._resampler is None:
+                        from edge_rt.audio.files import resampler
 
-                    samples = resample(samples, chunk.sample_rate, self.sink.rate)
+                        self._resampler = resampler(chunk.sample_rate, self.sink.rate)
+                    samples = self._resampler.resample_chunk(samples.astype(np.float32, copy=False),
+                                                             last=chunk.last)
+                self._clause_open = not chunk.last
         except Exception as e:  # TTS failed on this utterance: the rest of it is not spoken
             self._clauses = None
             self._stage_failed(e, tr)
@@ -467,6 +475,8 @@ class Loop:
             return
         if self.options.overload.shorten(self._output_backlog_s()):
             self.overload.tails_skipped += 1
+            while self._clause_open and self._next_clause():  # a streamed clause is not cut mid-word
+                pass
             self._clauses = None
             self._close(self._clause_trace)
             return

@@ -153,5 +153,29 @@ def with_first_clause(hyp: Hypothesis, tts, target: str, *, rate: float = 1.0,
     if first is None:
         return hyp
     if phrases is not None:
-        phrases.put_first_clause(hyp.phrase, hyp.translation, first, rate, (time.perf_counter() - t0) * 1000)
+        ms = (time.perf_counter() - t0) * 1000
+        if first.last:
+            phrases.put_first_clause(hyp.phrase, hyp.translation, first, rate, ms)
+        else:  # a streamed clause: cached whole once its last chunk is synthesized
+            clauses = _caching_first_clause(first, clauses, phrases, hyp, rate, ms)
     return replace(hyp, speech=(first, clauses))
+
+
+def _caching_first_clause(first, rest: Iterator, phrases: PhraseCache, hyp: Hypothesis, rate: float,
+                          ms: float) -> Iterator:
+    """``rest`` as it is; once the chunks of ``first``'s clause are all synthesized, the clause's whole
+    audio goes into ``phrases`` (a hit then speaks it and synthesizes from the next clause on)."""
+    parts: list | None = [first.samples]
+    while True:
+        t0 = time.perf_counter()
+        chunk = next(rest, None)
+        if chunk is None:
+            return
+        if parts is not None and chunk.clause == first.clause:
+            ms += (time.perf_counter() - t0) * 1000
+            parts.append(chunk.samples)
+            if chunk.last:
+                whole = replace(first, samples=np.concatenate(parts), last=True)
+                phrases.put_first_clause(hyp.phrase, hyp.translation, whole, rate, ms)
+                parts = None
+        yield chunk

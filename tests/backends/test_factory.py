@@ -163,12 +163,14 @@ def test_int8_loads_each_model_once_in_int8_and_no_fp32_twin(tiny_pack):
     assert len(set(loaded.values())) == len(loaded)
     for key, path in loaded.items():
         stage, model = key.split("/", 1)
-        entry = tiny_pack.stage(stage)["models"][model]
+        stage_entry = tiny_pack.stage(stage)
+        entry = {**stage_entry.get("parts", {}), **stage_entry["models"]}[model]  # Piper's prior and vocoder: parts
         want = entry.get("int8") or entry["fp32"]
         assert path == tiny_pack.dir / want, f"{key} loaded {path}, not {want}"
     mt_models = {f"mt/{p}/{m}" for p in mt.pairs for m in ("encoder", "decoder")}
     assert {k for k in loaded if k.startswith("mt/")} == mt_models
     assert "asr/decoder_device" not in loaded  # the TensorRT twin of the decoder is not loaded on the CPU
+    assert {k for k in loaded if k.startswith("tts/")} == {"tts/en/prior", "tts/en/vocoder"}  # not the whole graph
 
     for pair in mt.pairs:
         d = mt.direction(*pair.split("-"))

@@ -77,3 +77,37 @@ def test_languages_must_be_codes_the_pack_routes(stages):
     with pytest.raises(UnsupportedLanguageError, match="'xx'"):
         Loop(stages, FastFileSource(np.zeros(16000, np.float32)), TimelineSink(22050, now_s=lambda: 0.0),
              LoopOptions(target="pt", languages=("en", "xx")))
+
+
+def test_a_streamed_first_clause_is_cached_whole_and_a_hit_speaks_it_then_the_rest(default_pack):
+    """English speech streams in vocoder windows: the phrase cache gets the first clause's audio once
+    all its windows are synthesized, and a hit plays that audio, then synthesizes from clause 1 on."""
+    import numpy as np
+
+    from edge_rt.backends.factory import OrtEngines
+    from edge_rt.loop.phrase_cache import PhraseCache
+    from edge_rt.loop.recognize import Hypothesis, with_first_clause
+    from edge_rt.stages.tts.voice import Tts, TtsOptions
+
+    tts = Tts.from_pack(default_pack, TtsOptions(deterministic=True), engines=OrtEngines(default_pack))
+    phrases = PhraseCache(4)
+    text = "The first sentence is long enough to stream in several windows. Then a second one."
+    key = phrases.key("pt", "a frase", "en")
+    phrases.put_translation(key, text, 10.0)
+    hyp = Hypothesis(0, "pt", "a frase", text, 0, 0, phrase=key)
+
+    first = with_first_clause(hyp, tts, "en", phrases=phrases)
+    head, rest = first.speech
+    assert not head.last  # only the first window is synthesized ahead
+    assert phrases.first_clause(key, text, 1.0) is None  # not cached before the clause is complete
+    chunks = [head, *rest]
+    spoken = np.concatenate([c.samples for c in chunks])
+    clause0 = np.concatenate([c.samples for c in chunks if c.clause == 0])
+
+    again = with_first_clause(hyp, tts, "en", phrases=phrases)
+    cached, later = again.speech
+    assert cached.last and cached.clause == 0 and phrases.stats.audio_hits == 1
+    np.testing.assert_array_equal(cached.samples, clause0)
+    later = list(later)
+    assert later and all(c.clause == 1 for c in later)
+    np.testing.assert_array_equal(np.concatenate([cached.samples, *[c.samples for c in later]]), spoken)

