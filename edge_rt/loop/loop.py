@@ -419,6 +419,10 @@ class Loop:
         self._clause_open = False
         self._clause_trace = tr
         self._next_clause()
+        # A streamed clause comes 0.37 s at a time: queue speech_lead_s before the work that follows (the
+        # source caption, the next utterance's partials) holds the worker, or the speaker hears a gap.
+        while self._output_backlog_s() < self.options.speech_lead_s and self._next_clause():
+            pass
         if hyp.source_pending:  # the translation is on its way: now the source-language caption
             self._transcribe_source(tr)
 

@@ -80,6 +80,11 @@ class LoopOptions:
     # reused when a phrase repeats (phrase_cache.py; None: off). 64: a few minutes of conversation;
     # an entry is a short string plus ~1-3 s of audio (< 0.3 MB), so at most ~20 MB. Not tuned.
     phrase_cache: int | None = 64
+    # Translated speech synthesized ahead when an utterance starts speaking, before the worker turns to other
+    # work (a Whisper pass holds it 0.3-0.6 s): a streamed Piper sentence's first window is 0.37 s, and live
+    # through JACK the source caption's decode after it left a 0.32 s gap before the next window. 1.0 s:
+    # longer than one Whisper pass here; the second window (1.5 s) always reaches it.
+    speech_lead_s: float = 1.0
 
     def __post_init__(self):
         if self.barge_in not in BARGE_IN:
@@ -97,6 +102,8 @@ class LoopOptions:
                              f"got {self.unsure}")
         if self.phrase_cache is not None and self.phrase_cache < 1:
             raise ValueError(f"phrase_cache must be >= 1 phrases or None (off), got {self.phrase_cache}")
+        if self.speech_lead_s < 0:
+            raise ValueError(f"speech_lead_s must be >= 0 seconds, got {self.speech_lead_s}")
         if self.max_consecutive_errors < 1:
             raise ValueError(f"max_consecutive_errors must be >= 1, got {self.max_consecutive_errors}")
         if self.keep_traces is not None and self.keep_traces < 1:
