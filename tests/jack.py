@@ -203,3 +203,21 @@ class Harness:
     def close(self) -> None:
         self._client.deactivate()
         self._client.close()
+
+
+def run_live(clip: np.ndarray, args: list[str], tail_s: float) -> np.ndarray:
+    """`edge-rt run ARGS` on the dummy server's ports at RATE while ``clip`` plays into its capture port at
+    real time; stopped with Ctrl-C ``tail_s`` after the clip ended (for its last utterance); what it played."""
+    harness = Harness(clip)
+    proc = None
+    try:
+        proc, lines = start_edge_rt(["run", *args, "--device-in", "0", "--device-out", "0", "--rate-in", str(RATE),
+                                     "--rate-out", str(RATE)], harness)
+        harness.play()
+        while not harness.done_playing:
+            time.sleep(0.1)
+        time.sleep(tail_s)
+        stop_edge_rt(proc, lines)  # Ctrl-C stops cleanly
+    finally:
+        release(proc, harness)
+    return harness.audio()

@@ -8,14 +8,13 @@ back with the pack's ASR and must hold the words of the translation.
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 import pytest
 
 from edge_rt.audio.files import read_audio
 from edge_rt.backends.factory import OrtEngines
-from tests.jack import Harness, RATE, release, start_edge_rt, stop_edge_rt
+from tests.jack import RATE, run_live
 
 
 
@@ -26,21 +25,9 @@ def _words(text: str) -> set[str]:
 
 @pytest.mark.parametrize("backend", ["sounddevice", "pyaudio"])
 def test_live_run_translates_speech_into_the_headset(jack, default_pack, speech_dir, tmp_path, backend):
-    clip = read_audio(speech_dir / "en_jfk.wav")
-    harness = Harness(clip)
-    proc = None
-    try:
-        trace_path = tmp_path / "trace.jsonl"
-        proc, lines = start_edge_rt(
-            ["run", "--to", "pt", "--from", "en", "--device-in", "0", "--device-out", "0", "--rate-in", str(RATE),
-             "--rate-out", str(RATE), "--trace", str(trace_path), "--audio-backend", backend], harness)
-        harness.play()
-        while not harness.done_playing:
-            time.sleep(0.1)
-        time.sleep(6.0)  # the last utterance: hangover, decode, translate, speak
-        stop_edge_rt(proc, lines)  # Ctrl-C stops cleanly
-    finally:
-        release(proc, harness)
+    trace_path = tmp_path / "trace.jsonl"
+    recorded = run_live(read_audio(speech_dir / "en_jfk.wav"),  # 6 s after: hangover, decode, translate, speak
+                        ["--to", "pt", "--from", "en", "--trace", str(trace_path), "--audio-backend", backend], 6.0)
     traces = [json.loads(line) for line in trace_path.read_text().splitlines()]
     spoken = [t for t in traces if t["translation"]]
     assert spoken, f"no utterance translated: {traces}"
@@ -49,7 +36,6 @@ def test_live_run_translates_speech_into_the_headset(jack, default_pack, speech_
                       "first_output"):
             assert event in t["t_ns"], (event, t)
         assert 0 < t["turn_latency_ms"] < 10_000
-    recorded = harness.audio()
     assert np.sqrt(np.mean(recorded**2)) > 0.005, "nothing was played"
     from edge_rt.stages.asr.whisper import Asr
 
@@ -63,25 +49,12 @@ def test_live_run_streams_piper_speech_at_the_device_rate(jack, default_pack, sp
     """German into English: Piper's sentences stream in vocoder windows (stages/tts/vocoder.py) at 22050 Hz,
     resampled to the JACK server's rate through one soxr stream per clause, with no gap between windows;
     Whisper hears the translation back."""
-    clip = read_audio(speech_dir / "de_fleurs_test_004.wav")
-    harness = Harness(clip)
-    proc = None
-    try:
-        trace_path = tmp_path / "trace.jsonl"
-        proc, lines = start_edge_rt(
-            ["run", "--to", "en", "--from", "de", "--device-in", "0", "--device-out", "0", "--rate-in", str(RATE),
-             "--rate-out", str(RATE), "--trace", str(trace_path)], harness)
-        harness.play()
-        while not harness.done_playing:
-            time.sleep(0.1)
-        time.sleep(8.0)  # the last utterance: the hold, decode, translate, speak
-        stop_edge_rt(proc, lines)
-    finally:
-        release(proc, harness)
+    trace_path = tmp_path / "trace.jsonl"
+    recorded = run_live(read_audio(speech_dir / "de_fleurs_test_004.wav"),  # 8 s: the hold, decode, translate, speak
+                        ["--to", "en", "--from", "de", "--trace", str(trace_path)], 8.0)
     traces = [json.loads(line) for line in trace_path.read_text().splitlines()]
     spoken = [t for t in traces if t["translation"] and "first_output" in t["t_ns"]]
     assert spoken, f"no utterance translated: {traces}"
-    recorded = harness.audio()
     from edge_rt.stages.asr.whisper import Asr
 
     heard = Asr.from_pack(default_pack, engines=OrtEngines(default_pack)).transcribe(recorded, language="en").text

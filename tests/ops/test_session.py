@@ -6,7 +6,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -17,7 +16,7 @@ from edge_rt.ops.replay import compare, word_errors
 from edge_rt.ops.session_report import render_report
 from edge_rt.ops.session import Session, SessionError
 from edge_rt.audio.wav_stream import StreamingWav, read_wav
-from tests.jack import Harness, RATE, release, start_edge_rt, stop_edge_rt
+from tests.jack import RATE, run_live
 
 
 # -- crash-safe WAV ---------------------------------------------------------------
@@ -118,19 +117,8 @@ def _check_report(folder, text: str) -> None:
 def recorded(jack, default_pack, speech_dir, tmp_path_factory):
     """`edge-rt run --record DIR` hears en_jfk through the JACK dummy server."""
     folder = tmp_path_factory.mktemp("field") / "session"
-    harness = Harness(read_audio(speech_dir / "en_jfk.wav"))
-    proc = None
-    try:
-        proc, lines = start_edge_rt(
-            ["run", "--to", "pt", "--from", "en", "--device-in", "0", "--device-out", "0", "--rate-in", str(RATE),
-             "--rate-out", str(RATE), "--record", str(folder)], harness)
-        harness.play()
-        while not harness.done_playing:
-            time.sleep(0.1)
-        time.sleep(4.0)  # the last utterance: hangover, decode, translate, first sound
-        stop_edge_rt(proc, lines)
-    finally:
-        release(proc, harness)
+    # 4 s after the clip: the last utterance's hangover, decode, translate, first sound
+    run_live(read_audio(speech_dir / "en_jfk.wav"), ["--to", "pt", "--from", "en", "--record", str(folder)], 4.0)
     return folder
 
 
