@@ -82,7 +82,7 @@ class LoopOptions:
     phrase_cache: int | None = 64
     # Translated speech synthesized ahead when an utterance starts speaking, before the worker turns to other
     # work (a Whisper pass holds it 0.3-0.6 s): a streamed Piper sentence's first window is 0.37 s, and live
-    # through JACK the source caption's decode after it left a 0.32 s gap before the next window. 1.0 s:
+    # through JACK the source caption's decode after it left 0.22-0.48 s gaps before the next window. 1.0 s:
     # longer than one Whisper pass here; the second window (1.5 s) always reaches it.
     speech_lead_s: float = 1.0
 
