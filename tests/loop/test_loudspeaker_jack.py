@@ -170,7 +170,7 @@ def _run(tmp_path, speech_dir, manifest, name: str, extra: list[str], feedback, 
     result = {"spans": [(round(a, 2), round(b, 2)) for a, b, _ in spans], "utterances": utts, "translated": translated, "self": self_made,
               "latency_ms": float(np.median(lat)) if lat else None,
               "ready_ms": sorted(ready), "complete_ready_ms": sorted(complete),
-              "speech_out_s": float(np.sum(np.abs(played) > 0.01) / RATE), "speech_over_last_clip_s": over_last,
+              "speech_out_s": float(np.sum(np.abs(played) > SPEAKING) / RATE), "speech_over_last_clip_s": over_last,
               "speech_at_last_clip_s": at_barge}
     result["speaking"] = _speaking(played[harness.play_from:])
     print(name, json.dumps({k: v for k, v in result.items() if k not in ("self", "utterances")}, ensure_ascii=False))

@@ -173,12 +173,8 @@ class PiperVoice:
         return out.reshape(-1) if self.vocoder is None else self.vocoder.whole(out)
 
     def stream(self, ids: list[int], rate: float = 1.0) -> Iterator[tuple[np.ndarray, bool]]:
-        """The raw waveform of one sentence as ``(samples, last)`` vocoder windows (one piece without a vocoder)."""
-        out = self._run(ids, rate)
-        if self.vocoder is None:
-            yield out.reshape(-1), True
-        else:
-            yield from self.vocoder.stream(out)
+        """The raw waveform of one sentence as ``(samples, last)`` vocoder windows (a voice with a vocoder part)."""
+        return self.vocoder.stream(self._run(ids, rate))
 
     def _run(self, ids: list[int], rate: float) -> np.ndarray:
         """The graph's output for ``ids``: the waveform, or the latent frames when this is a prior."""
@@ -277,11 +273,12 @@ class Tts:
                 skip: int = 0, stream: bool = False) -> Iterator[TtsAudio]:
         voice = self._espeak_voice(key)
         sentences = self._espeak.sentences(text, voice, first_clause_alone=first_clause_alone) if text.strip() else []
+        piper = self._voices.get(key)
+        streamed = stream and piper is not None and piper.vocoder is not None
+        level = 1.0 / piper.peak if streamed and self.options.normalize else 1.0
         for i, sentence in enumerate(sentences[skip:], start=skip):
-            piper = self._voices.get(key)
-            if stream and piper is not None and piper.vocoder is not None:
+            if streamed:
                 for part, (samples, last) in enumerate(piper.stream(piper.ids(sentence.phonemes), rate)):
-                    level = 1.0 / piper.peak if self.options.normalize else 1.0
                     yield TtsAudio(np.clip(samples * level, -1.0, 1.0).astype(np.float32, copy=False),
                                    piper.config.sample_rate, PIPER, sentence.text if part == 0 else "", i, last)
             else:

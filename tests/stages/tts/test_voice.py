@@ -38,10 +38,10 @@ def raw_tts(default_pack):
                          engines=OrtEngines(default_pack))
 
 
-def _piper_tts(reference, text: str, **kw) -> np.ndarray:
+def _piper_tts(reference, text: str) -> np.ndarray:
     from piper import SynthesisConfig
 
-    config = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0, length_scale=1.0, **kw)
+    config = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0, length_scale=1.0)
     return np.concatenate([c.audio_float_array for c in reference.synthesize(text, config)])
 
 
