@@ -30,7 +30,8 @@ from edge_rt.build.files import WEIGHTS_SUFFIX, atomic_write, sha256_file
 from edge_rt.build.packs import PackSpec
 from edge_rt.pack import MANIFEST
 
-__all__ = ["FORMAT", "assemble", "hash_stage_files", "intact", "named_files", "previous_stage", "read_previous",
+__all__ = ["FORMAT", "assemble", "gate_words", "hash_stage_files", "int8_choices", "intact", "named_files",
+           "previous_stage", "read_previous",
            "stage_files", "write"]
 
 FORMAT = 1
@@ -124,6 +125,29 @@ def assemble(spec: PackSpec, stages: dict[str, Any], int8: dict[str, Any], tenso
         "int8": int8,
         "tensorrt": tensorrt,
     }
+
+
+def _int8_models(manifest: dict[str, Any]):
+    for stage, rec in manifest.get("int8", {}).get("stages", {}).items():
+        for model, m in rec.get("models", {}).items():
+            yield f"{stage}/{model}", m
+
+
+def int8_choices(manifest: dict[str, Any]) -> dict[str, str]:
+    """``"stage/model" -> "precision:recipe"`` (recipe ``-`` when none was kept) for every model the INT8
+    step decided on: what two builds of a pack from the same inputs must agree on
+    (``tests/build/pack_choices.json``, ``tools/record_pack_choices.py``)."""
+    return {name: f"{m['precision']}:{(m.get('recipe') or {}).get('name', '-')}" for name, m in _int8_models(manifest)}
+
+
+def gate_words(manifest: dict[str, Any]) -> dict[str, int]:
+    """``"stage/model" -> reference words`` of the largest WER gate each model's recipes ran (models with one)."""
+    out = {}
+    for name, m in _int8_models(manifest):
+        words = [a["gate"]["words"] for a in m.get("attempts", []) if (a.get("gate") or {}).get("words")]
+        if words:
+            out[name] = max(words)
+    return out
 
 
 def write(out_dir: Path, manifest: dict[str, Any]) -> Path:

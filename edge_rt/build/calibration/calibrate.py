@@ -83,8 +83,10 @@ class Calibration:
         """ONNX Runtime's ``TensorsData`` for ``quantize_static`` / ``write_calibration_table``."""
         from onnxruntime.quantization.calibrate import CalibrationMethod, TensorData, TensorsData
 
+        # Sorted: ONNX Runtime writes calibration.json in this dict's order, and the ranges arrive in the
+        # order the calibrator's set of tensors gave them (two builds wrote the same table reordered).
         data = {k: TensorData(lowest=np.array(lo, np.float32), highest=np.array(hi, np.float32))
-                for k, (lo, hi) in self.ranges.items()}
+                for k, (lo, hi) in sorted(self.ranges.items())}
         return TensorsData(CalibrationMethod.Entropy, data)
 
 

@@ -207,7 +207,7 @@ def _calibrate(job: ModelJob, tools: Tools, prepared: _Prepared) -> tuple[Calibr
 
 def _try_recipes(job: ModelJob, tools: Tools, prepared: _Prepared, calibration: Calibration | None,
                  probes: list[dict], attempts: list[dict]) -> tuple[QuantRecipe, Path, dict] | None:
-    """Step 3: each recipe in turn; the first faster *and* gated one: (recipe, candidate file, attempt)."""
+    """Step 3: each recipe in turn; the first fast enough *and* gated one: (recipe, candidate file, attempt)."""
     for recipe, nodes in zip(job.plan.recipes, prepared.node_sets):
         attempt: dict = {"recipe": recipe.name, "mode": recipe.mode, "quantized_nodes": len(nodes),
                          "excluded": list(recipe.exclude)}
@@ -241,7 +241,7 @@ def _fast_enough(job: ModelJob, tools: Tools, cand: Path, probes: list[dict], at
     mean = sum(s["speedup"] for s in speeds) / len(speeds)
     attempt.update({"speed": speeds, "mean_speedup": round(mean, 2)})
     if mean < tools.options.min_speedup:
-        attempt["result"] = f"no speed-up (x{mean:.2f} < x{tools.options.min_speedup})"
+        attempt["result"] = f"slower than FP32 (x{mean:.2f} < x{tools.options.min_speedup})"
         return False
     return True
 

@@ -1,14 +1,15 @@
 """Which models of a pack are quantized, and the recipes tried for each, in order.
 
 A stage's models are matched by :attr:`ModelPlan.pattern`; the build tries a model's
-recipes in order until one is faster than FP32 *and* passes the stage's gate. Why each
+recipes in order until one is not clearly slower than FP32 *and* passes the stage's gate. Why each
 recipe is what it is: see :mod:`edge_rt.build.calibration.quantize` and the measurements
 in ``build_report.md``.
 
 How a recipe is judged (the same in every build, so two builds from the same inputs choose alike):
 
-* *faster*: the mean over probe inputs of the median paired FP32/INT8 time ratio is at least
-  ``Int8Options.min_speedup`` (:mod:`speed`);
+* *not clearly slower*: the mean over probe inputs of the median paired FP32/INT8 time ratio is at
+  least ``Int8Options.min_speedup`` (:mod:`speed`), a floor far from every ratio a kept recipe has
+  measured on any machine, so the build machine's CPU does not decide the pack (see the option);
 * *accurate*, for the WER gates (Whisper, Piper heard by Whisper): INT8 and FP32 decode the same
   utterances; the 95 % paired-bootstrap interval (fixed seed) of the WER difference must lie below
   the limit (its upper end <= limit: non-inferiority), on >= 2,000 reference words for Whisper;
@@ -80,7 +81,15 @@ class Int8Options:
     force: bool = False  # redo every stage even when its key is unchanged
     recipe: AudioRecipe = AudioRecipe()
     calibration: CalibrationOptions = CalibrationOptions()
-    min_speedup: float = 1.1  # keep INT8 only if at least this much faster than FP32
+    # Reject INT8 only where it is clearly slower than FP32 on the build machine. Measured mean ratios
+    # (FP32 time / INT8 time) in five builds on 2026-12-02: static Q/DQ on the step decoders (Whisper,
+    # Marian) 0.04-0.38; every other recipe 0.87-2.31. 0.6 is the middle (geometric) of that gap. The old floor, 1.1,
+    # sat inside the spread between machines: the Whisper base encoder measured x1.34-1.38 on a VNNI
+    # machine and x0.99-1.02 on an AVX2 EPYC (2026-12-02), so the same inputs gave an INT8 encoder on
+    # one and FP32 on the other, and x1.11 kept the decoder in INT8 by 0.01. A pack is built once and
+    # runs elsewhere (a Jetson's ARM cores have int8 dot products), so the build machine's speed must not
+    # pick its precision; what INT8 gives on every machine is a quarter of the weights' memory.
+    min_speedup: float = 0.6
     threads: int = 2  # ONNX Runtime threads for the speed figures
     speech_dir: Path | None = None  # real clips for the Whisper gate (default: gate.speech_dir())
     plan: dict = field(default_factory=lambda: PLAN)

@@ -6,8 +6,10 @@ back-to-back calls: load from other processes (the build machine is shared; CI r
 cores) slows both calls of a pair alike and cancels in their ratio, and the median ignores a
 pair that a burst hit (the min/min ratio used before depended on each model's single luckiest
 call). The minimum and the median of each model are reported beside. The speed check stays a
-measurement: a candidate within a few per cent of ``Int8Options.min_speedup`` can still go
-either way; the INT8 step records every ratio so such a case is visible in ``build_report.md``.
+measurement, which is why ``Int8Options.min_speedup`` is a floor far from every ratio a recipe
+has measured (it rejects only the clearly slower ones): a candidate within a few per cent of it
+could still go either way; the INT8 step records every ratio so such a case is visible in
+``build_report.md``.
 """
 
 from __future__ import annotations

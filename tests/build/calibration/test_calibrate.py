@@ -109,6 +109,10 @@ def test_write_tables(tmp_path):
     assert (tmp_path / "m.calibration" / "calibration.cache").read_text().splitlines()[0].startswith("r 3.0")
     assert parse_trt_cache((tmp_path / "m.calibration" / TRT_CACHE).read_text())[1]["x"] == pytest.approx(2.0 / 127)
     assert [p.name for p in tmp_path.iterdir()] == ["m.calibration"]  # no temporary left behind
+    # The same ranges found in another order (a set's order in another process) write the same bytes.
+    other = Calibration(dict(reversed(list(c.ranges.items()))), dict(c.rules), 5)
+    again = write_tables(other, tmp_path / "again")
+    assert [f.read_bytes() for f in again] == [f.read_bytes() for f in files]
 
 
 # -- the audio recipe ---------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import pytest
 from edge_rt.build.calibration.int8 import quantize_pack
 from edge_rt.build.calibration.plan import PLAN, Int8Options, ModelPlan, plan_for
 from edge_rt.build.files import sha256_file
+from edge_rt.build.manifest import int8_choices
 
 STAGE, MODEL = "mt", "en-pt/encoder"
 
@@ -65,17 +66,8 @@ def test_two_runs_of_the_int8_step_decide_and_write_alike(tiny_pack, tmp_path):
         pytest.fail(f"the en-pt encoder is INT8 in the built tiny pack but fell back here: {d1['attempts']}")
 
 
-def precision_choices(manifest: dict) -> dict[str, str]:
-    """``stage/model -> precision (and recipe)`` of every model a built pack's INT8 step decided on."""
-    out = {}
-    for stage, rec in manifest.get("int8", {}).get("stages", {}).items():
-        for model, m in rec.get("models", {}).items():
-            out[f"{stage}/{model}"] = f"{m['precision']}:{(m.get('recipe') or {}).get('name', '-')}"
-    return out
-
-
 def test_a_second_build_of_the_pack_chooses_alike(request):
-    """CI step: build the pack a second time into another root from scratch, then compare the choices:
+    """Two builds on one machine (CI compares its build with the recorded one: tests/build/test_pack_choices.py):
 
         python tools/build_engines.py --pack default --out /tmp/second --force
         EDGE_RT_SECOND_BUILD=/tmp/second/default python -m pytest -q tests/build/calibration/test_determinism.py
@@ -88,11 +80,5 @@ def test_a_second_build_of_the_pack_chooses_alike(request):
         pytest.skip("set EDGE_RT_SECOND_BUILD to a second build of a pack (see the docstring) to compare choices")
     other = json.loads((Path(second) / "manifest.json").read_text())
     pack = request.getfixturevalue(f"{other['pack']}_pack")
-    assert precision_choices(other) == precision_choices(pack.manifest)
-    assert precision_choices(other), "the second build recorded no INT8 decision"
-
-
-def test_precision_choices_reads_every_model(tiny_pack):
-    got = precision_choices(tiny_pack.manifest)
-    assert set(got) >= {"asr/encoder", "asr/decoder", "mt/en-pt/encoder", "vad/silero", "tts/en"}
-    assert all(v.split(":")[0] in ("int8", "fp32") for v in got.values())
+    assert int8_choices(other) == int8_choices(pack.manifest)
+    assert int8_choices(other), "the second build recorded no INT8 decision"

@@ -65,9 +65,10 @@ def test_built_packs_record_every_int8_decision(pack_name, request):
     assert "## Models" in report and "## ONNX Runtime speed" in report and "## TensorRT" in report
 
 
-def test_whisper_encoder_int8_is_gated_and_faster(default_pack):
-    """The build kept it by its own rules: the gate passed and the measured speed-up reached the minimum
-    (how much faster is the machine's, measured by the build: x1.34-1.38 here; a figure for `bench`, not a test)."""
+def test_whisper_encoder_int8_is_gated_and_not_slower(default_pack):
+    """The build kept it by its own rules: the gate passed and the measured speed ratio reached the floor
+    (how much faster is the machine's, measured by the build: x1.34-1.38 on a VNNI machine, x0.99-1.02 on
+    an AVX2 EPYC; a figure for `bench`, not a test)."""
     from edge_rt.build.calibration.plan import Int8Options
 
     m = default_pack.manifest["int8"]["stages"]["asr"]["models"]["encoder"]
