@@ -378,6 +378,36 @@ def test_serve_reopens_a_lost_device_with_back_off_and_logs_the_gap(tiny_pack, s
 # -- signals mid-utterance --------------------------------------------------------------------
 
 
+def _periods_found(recorded: np.ndarray, clip: np.ndarray, n: int, reach: int = 4) -> tuple[int, list[tuple[int, int]]]:
+    """How many of the clip's first ``n`` periods are in ``recorded`` bit for bit, in order, where each is
+    expected right after the one before it or up to ``reach`` whole periods off (an xrun's skipped or
+    repeated cycle); and each such shift as (period, offset in periods)."""
+    found, offset, shifts = 0, 0, []
+    for i in range(n):
+        want = clip[i * PERIOD:(i + 1) * PERIOD]
+        for d in (0, *(k for j in range(1, reach + 1) for k in (j, -j))):
+            at = (i + offset + d) * PERIOD
+            if at >= 0 and np.array_equal(recorded[at:at + PERIOD], want):
+                if d:
+                    offset += d
+                    shifts.append((i, offset))
+                found += 1
+                break
+    return found, shifts
+
+
+def test_periods_found_follows_a_skipped_cycle():
+    rng = np.random.default_rng(0)
+    clip = np.round(rng.uniform(-1, 1, PERIOD * 50) * 32768)
+    shifted = np.concatenate([clip[:PERIOD * 20], np.zeros(PERIOD), clip[PERIOD * 20:]])  # a period inserted
+    assert _periods_found(shifted, clip, 50) == (50, [(20, 1)])
+    dropped = np.concatenate([clip[:PERIOD * 20], clip[PERIOD * 21:]])
+    assert _periods_found(dropped, clip, 50) == (49, [(21, -1)])
+    garbled = clip.copy()
+    garbled[PERIOD * 10:] += 1  # not the clip any more from period 10 on
+    assert _periods_found(garbled, clip, 50)[0] == 10
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_mid_utterance_stops_cleanly_with_the_recording_complete(jack, tiny_pack, speech_dir, tmp_path,
                                                                          signum):
@@ -400,8 +430,9 @@ def test_a_signal_mid_utterance_stops_cleanly_with_the_recording_complete(jack, 
     assert s.header["ended_at"]
     audio, rate = read_wav(folder / "input.wav")
     # JACK's dummy loopback is bit exact: the clip is in the recording, sample for sample, up to the signal
-    # (a period may be lost to an xrun when other processes starve this one; the clock is kept, so only that
-    # period differs)
+    # (a period may be lost to an xrun when other processes starve this one: where the clock is kept only that
+    # period differs; where a cycle is skipped the rest comes a whole period early or late, seen once in a
+    # full run: `_periods_found` follows such a shift)
     head = np.round(clip[:PERIOD * 10] * 32768)
     recorded = np.round(audio * 32768)
     starts = [i for i in range(0, len(recorded) - len(head)) if recorded[i] == head[0] and
@@ -409,10 +440,9 @@ def test_a_signal_mid_utterance_stops_cleanly_with_the_recording_complete(jack, 
     assert starts, "the played clip is not in input.wav"
     kept = len(recorded) - starts[0]
     assert kept >= (played_s - 0.3) * RATE, (kept / RATE, played_s)
-    n = min(kept, len(clip)) // PERIOD * PERIOD
-    same = np.all(recorded[starts[0] : starts[0] + n].reshape(-1, PERIOD) ==
-                  np.round(clip[:n] * 32768).reshape(-1, PERIOD), axis=1)
-    assert same.mean() >= 0.98, f"{(~same).sum()} of {len(same)} periods differ"
+    n = min(kept, len(clip)) // PERIOD
+    found, shifts = _periods_found(recorded[starts[0]:], np.round(clip * 32768), n)
+    assert found >= 0.98 * n and len(shifts) <= 3, f"{n - found} of {n} periods missing; shifts {shifts}"
     assert s.traces, "the utterance cut by the signal was not finished"
     assert s.traces[-1]["end_reason"] == "flush" and "country" in s.traces[-1]["text"].lower(), s.traces
 
