@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from edge_rt.build.manifest import gate_words, int8_choices
 
 RECORD = Path(__file__).with_name("pack_choices.json")
@@ -32,15 +30,13 @@ def _attempts(manifest: dict, name: str) -> str:
     return "; ".join(out) or m.get("fallback", "")
 
 
-@pytest.mark.parametrize("pack_name", ["default"])
-def test_the_build_chooses_as_the_recorded_build(pack_name, request):
-    record = json.loads(RECORD.read_text())["packs"][pack_name]
-    manifest = request.getfixturevalue(f"{pack_name}_pack").manifest
+def test_the_build_chooses_as_the_recorded_build(default_pack):
+    recorded = json.loads(RECORD.read_text())
+    record, manifest = recorded["packs"]["default"], default_pack.manifest
     got, want = int8_choices(manifest), record["choices"]
     differ = sorted(k for k in set(got) | set(want) if got.get(k) != want.get(k))
     assert not differ, (
-        f"this build of the {pack_name} pack chose differently from the recorded build "
-        f"({json.loads(RECORD.read_text())['machine']}):\n"
+        f"this build of the default pack chose differently from the recorded build ({recorded['machine']}):\n"
         + "\n".join(f"  {k}: recorded {want.get(k)}, here {got.get(k)} [{_attempts(manifest, k) if k in got else ''}]"
                     for k in differ)
         + "\nIf the change was meant, rebuild the pack (--force) and run `python tools/record_pack_choices.py`.")
