@@ -29,6 +29,7 @@ class TranslateOptions:
     languages: tuple[str, ...] | None = None  # as LoopOptions.languages: what detection chooses among
     endpoint: EndpointOptions = field(default_factory=EndpointOptions)
     turn: TurnOptions | None = field(default_factory=TurnOptions)  # as LoopOptions.turn
+    beam_size: int = 1  # as LoopOptions.beam_size (1: greedy, the live loop's default)
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def translate_audio(stages: Stages, audio: np.ndarray, options: TranslateOptions
     loop = Loop(stages, source, sink, LoopOptions(target=options.target, source=options.source,
                                                   languages=options.languages,
                                                   endpoint=options.endpoint, partials=False,
-                                                  turn=options.turn))
+                                                  turn=options.turn, beam_size=options.beam_size))
     traces = loop.run()
     utts = [Utterance.from_trace(t) for t in traces if t.translation]
     return utts, sink.audio(min_seconds=len(audio) / SAMPLE_RATE), rate

@@ -153,3 +153,23 @@ def test_eval_takes_precision_as_its_precisions():
     args = build_parser().parse_args(["eval", "--noise", "--precision", "fp32"])
     assert args.precisions == "fp32" and not hasattr(args, "precision")
     assert build_parser().parse_args(["eval", "--precisions", "int8"]).precisions == "int8"
+
+
+def test_beam_flag_reaches_the_loop_and_is_checked(default_pack, speech_dir, tmp_path):
+    """`translate --beam 5` decodes with a beam: on this clip with 2 s of silence either side greedy writes
+    "his belly couched on him", the beam "his belly counseled him" (tests/loop/test_recognize.py); a bad
+    count is refused by the parser, naming the range."""
+    audio, rate = sf.read(speech_dir / "en_librispeech_1089-134686-0001.wav", dtype="float32")
+    pad = np.zeros(2 * rate, np.float32)
+    clip = tmp_path / "padded.wav"
+    sf.write(clip, np.concatenate([pad, audio, pad]), rate)
+    heard = {}
+    for beam in ("1", "5"):
+        proc = run_cli("translate", str(clip), "--to", "pt", "-o", str(tmp_path / "b.wav"), "--json", "--beam", beam)
+        assert proc.returncode == 0, proc.stderr
+        heard[beam] = " ".join(u["text"] for u in json.loads(proc.stdout)["utterances"]).lower()
+    assert "counseled him" in heard["5"] and "counseled" not in heard["1"], heard
+    for command in (["translate", str(clip), "--to", "pt"], ["run", "--to", "pt"], ["bench"], ["eval", "--noise"]):
+        bad = run_cli(*command, "--beam", "0")
+        assert bad.returncode == 2 and "--beam takes 1 (greedy) to 16" in bad.stderr, bad.stderr
+        _no_traceback(bad)

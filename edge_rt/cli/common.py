@@ -25,3 +25,14 @@ def _show_caption(console):
         elif console.is_terminal:
             console.print(event.markup(), end="\r", highlight=False, soft_wrap=True)
     return show
+
+
+def beam_size(text: str) -> int:
+    """``--beam``: 1 (greedy) to 16 hypotheses."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 16:
+        raise argparse.ArgumentTypeError(f"--beam takes 1 (greedy) to 16 hypotheses, e.g. --beam 5; got {text!r}")
+    return n

@@ -90,7 +90,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                         speed_repeats=5 if (args.check or args.record_check) else 0,
                         slowdown=os.environ.get("EDGE_RT_BENCH_SLOWDOWN", ""),  # test hook: measure/slowdown.py
                         speech_dir=Path(args.speech_dir) if args.speech_dir else None, paused=_paused(args),
-                        memory=args.memory)
+                        memory=args.memory, beam_size=args.beam)
     result = bench(opts, log=log)
     if args.record_check:
         from edge_rt.measure.perf_check import record_check

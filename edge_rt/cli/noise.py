@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from edge_rt.cli.common import beam_size
 from edge_rt.errors import EdgeRtError
 
 
@@ -28,6 +29,8 @@ def add_noise_args(e: argparse.ArgumentParser) -> None:
     g.add_argument("--frontend", choices=("off", "on", "both"), default="off",
                    help="the capture front end in the loop: on = WebRTC noise suppression (level 1) + high-pass "
                         "(edge_rt/audio/frontend.py); both = each mix twice (default off)")
+    g.add_argument("--beam", type=beam_size, default=1, metavar="N",
+                   help="the loop's beam search for the text it translates (LoopOptions.beam_size; default 1)")
     e.set_defaults(precisions=None)  # --precisions: int8,fp32 for the plain eval, int8 with --noise
 
 
@@ -61,7 +64,8 @@ def cmd_eval_noise(args: argparse.Namespace, precision: str) -> int:
     opts = NoiseEvalOptions(pack=args.pack, precision=precision, threads=args.threads, backend=args.backend,
                             clips=tuple(args.clip), limit=args.clips, noise=noise, peer=args.peer,
                             given_language=args.given_language,
-                            frontends=("off", "on") if args.frontend == "both" else (args.frontend,))
+                            frontends=("off", "on") if args.frontend == "both" else (args.frontend,),
+                            loop_overrides=(("beam_size", args.beam),) if args.beam != 1 else ())
     console = Console(stderr=True)
     def log(r: dict) -> None:
         loop = r.get("loop") or {}

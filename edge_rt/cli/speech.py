@@ -38,7 +38,7 @@ def _cmd_translate(args: argparse.Namespace) -> int:
     t1 = time.perf_counter()
     spoken, languages = _sources(args.source)
     utts, track, rate = translate_audio(stages, audio, TranslateOptions(target=args.to, source=spoken,
-                                                                        languages=languages))
+                                                                        languages=languages, beam_size=args.beam))
     write_audio(out, track, rate)
     run_s = time.perf_counter() - t1
     if args.json:
@@ -100,7 +100,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     options = LoopOptions(target=args.to, source=spoken, languages=languages,
                           endpoint=EndpointOptions(hangover_ms=args.hangover_ms),
                           frontend=FrontEndOptions() if args.loudspeaker else None,
-                          barge_in=args.barge_in or ("pause" if args.loudspeaker else "continue"))
+                          barge_in=args.barge_in or ("pause" if args.loudspeaker else "continue"),
+                          beam_size=args.beam)
     recording = None
     if args.record:  # field test: session folder + flight recorder (edge_rt/ops/session.py)
         from edge_rt.ops.flight import FlightOptions

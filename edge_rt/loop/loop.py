@@ -18,6 +18,7 @@ ns through the source's clock.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import sys
 import threading
@@ -115,6 +116,11 @@ class Loop:
                                         options.partial_stop_db)
                              if options.partials and options.partial_stop_db is not None else None)
         self.partials_stopped = 0
+        # The text that is translated: decoded with a beam when asked (partials stay greedy); the same engines.
+        self._final_asr = stages.asr
+        if options.beam_size > 1:
+            asr = stages.asr
+            self._final_asr = asr.with_options(dataclasses.replace(asr.options, beam_size=options.beam_size))
         # Fail now, not on the first utterance.
         if options.source is not None:
             stages.route(options.source, options.target)
@@ -371,7 +377,7 @@ class Loop:
                 and route_task(asr_task(self.stages, self.options.target), known.lang) == "transcribe"):
             joint = self._level(self.history.slice(known.start_sample, end))
         return recognize(self.stages, self.options, self._level(self.history.slice(start, end)), end,
-                         self.source.clock, context, self.phrases, joint)
+                         self.source.clock, context, self.phrases, joint, self._final_asr)
 
     def _rate(self) -> float:
         """Speaking rate of the next translation: faster while earlier speech is still queued (catchup.py)."""

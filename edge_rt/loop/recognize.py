@@ -69,7 +69,7 @@ def route_task(task, lang: str) -> str:
 
 def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int, clock,
               context: AsrContext = NONE, phrases: PhraseCache | None = None,
-              joint: np.ndarray | None = None) -> Hypothesis:
+              joint: np.ndarray | None = None, asr=None) -> Hypothesis:
     """One Whisper pass (language detection picks transcribe or translate) + MT of ``audio``
     (float32 16 kHz, already levelled), which ends at capture sample ``end``; ``context`` is what
     the previous utterance lends (its language, its text: see context.py); a phrase in ``phrases``
@@ -80,13 +80,16 @@ def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int,
 
     On a translate route the source-language transcript is not on the critical path: the loop
     decodes it after the first translated clause is on its way (``source_pending``).
+
+    ``asr``: the recognizer to decode with (the loop's beam-search view of ``stages.asr``); None: ``stages.asr``.
     """
+    asr = asr or stages.asr
     target = options.target
     task = asr_task(stages, target)
     kw = context.transcribe_kwargs(options.source, options.languages)
-    first = _joint(stages, options, joint, len(audio), context, task, kw) if joint is not None else None
+    first = _joint(asr, options, joint, len(audio), context, task, kw) if joint is not None else None
     if first is None:
-        first = stages.asr.transcribe(audio, task=task, **kw)
+        first = asr.transcribe(audio, task=task, **kw)
     heard = first.text.strip()
     unsure = options.unsure
     # The babble rule is for speech out of nowhere. A fragment that follows speech within a few seconds (the
@@ -120,15 +123,14 @@ def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int,
                       source_pending=translated, phrase=key, end_mark_prob=first.end_mark_prob)
 
 
-def _joint(stages: Stages, options: LoopOptions, audio: np.ndarray, samples: int, context: AsrContext, task,
-           kw: dict):
+def _joint(asr, options: LoopOptions, audio: np.ndarray, samples: int, context: AsrContext, task, kw: dict):
     """Whisper on ``audio``, the previous utterance's audio and this one's (``samples`` long); the result
     with only the text after the previous text, or None when that text cannot be told apart (see
     :func:`recognize`)."""
     known, o = context.joint, options.context
     if known is None:
         return None
-    result = stages.asr.transcribe(audio, task=task, **kw)
+    result = asr.transcribe(audio, task=task, **kw)
     if result.language != known.lang or route_task(task, result.language) != "transcribe":
         return None
     found = continuation(known.text, result.text, result.language)

@@ -84,10 +84,11 @@ class BenchOptions:
     # baseline and the peer, so its own peak RSS is not the loop's.
     memory: bool = False
     memory_clips: int = 4
+    beam_size: int = 1  # the loop's beam search for the text it translates (LoopOptions.beam_size)
 
     def loop_options(self, target: str) -> LoopOptions:
         return LoopOptions(target=target, partials=self.partials, speculate_after_ms=self.speculate_after_ms,
-                           turn=TurnOptions() if self.turn_policy else None)
+                           turn=TurnOptions() if self.turn_policy else None, beam_size=self.beam_size)
 
     def target_for(self, lang: str) -> str:
         """English clips are spoken in Portuguese, every other language in English."""
@@ -378,7 +379,7 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
         "early": {r.id: r.reason for r in results if r.status == "early"},
         "speed": speed,
         "loop": {"partials": options.partials, "speculate_after_ms": options.speculate_after_ms,
-                 "turn_policy": options.turn_policy,
+                 "turn_policy": options.turn_policy, "beam_size": options.beam_size,
                  # partial captions stopped because a pause began while they decoded (loop/pause_watch.py)
                  "partials_stopped": sum(r.partials_stopped for r in results)},
         "slowdown": options.slowdown or None,

@@ -149,6 +149,12 @@ class _RecordingAsr:
         self.results.append(self._asr.transcribe(audio, **kw))
         return self.results[-1]
 
+    def with_options(self, options):
+        """A view with other decoding options (the loop's beam search) that records into the same list."""
+        view = _RecordingAsr(self._asr.with_options(options))
+        view.results = self.results
+        return view
+
     def __getattr__(self, name):
         return getattr(self._asr, name)
 

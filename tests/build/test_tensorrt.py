@@ -137,15 +137,25 @@ def pack_dir(tmp_path, tiny_pack):
     return d
 
 
-def test_one_model_failing_falls_back_and_the_pack_is_still_written(pack_dir, tiny_pack):
+def test_one_model_failing_falls_back_and_the_pack_is_still_written(pack_dir, tiny_pack, request):
     from edge_rt.build.report import render_report
 
     manifest = json.loads(json.dumps(tiny_pack.manifest))
     stages = {k: manifest["stages"][k] for k in ("asr", "mt")}
-    # The encoder's TensorRT twin replaced by the CPU's asymmetric INT8: a twin TensorRT must refuse.
+    # The encoder's TensorRT twin replaced by a CPU INT8 Whisper encoder, asymmetric: a twin TensorRT must refuse.
+    # The tiny encoder's own where the build kept it INT8; its gate is machine-bound (an AVX2 build kept FP32),
+    # so else the default pack's (recorded in tests/build/pack_choices.json; only its Q/DQ nodes are read).
     enc_files = stages["asr"]["models"]["encoder"]
-    enc_files["int8_trt"] = enc_files["int8"]
-    manifest["int8"]["stages"]["asr"]["models"]["encoder"]["trt"] = {"file": enc_files["int8"], "backend": "tensorrt"}
+    asymmetric = enc_files.get("int8")
+    if asymmetric is None:
+        default = request.getfixturevalue("default_pack")
+        (pack_dir / "asym").mkdir()
+        for name in ("whisper_encoder.onnx", "whisper_encoder.onnx.data"):
+            if (default.dir / "int8" / name).exists():
+                (pack_dir / "asym" / name).symlink_to(default.dir / "int8" / name)
+        asymmetric = "asym/whisper_encoder.onnx"
+    enc_files["int8_trt"] = asymmetric
+    manifest["int8"]["stages"]["asr"]["models"]["encoder"]["trt"] = {"file": asymmetric, "backend": "tensorrt"}
     # The unreadable pt-en decoder has no TensorRT twin: TensorRT gets the broken FP32 file.
     manifest["int8"]["stages"]["mt"]["models"]["pt-en/decoder"].pop("trt", None)
     calls, lines = [], []

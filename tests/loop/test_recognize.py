@@ -111,3 +111,29 @@ def test_a_streamed_first_clause_is_cached_whole_and_a_hit_speaks_it_then_the_re
     later = list(later)
     assert later and all(c.clause == 1 for c in later)
     np.testing.assert_array_equal(np.concatenate([cached.samples, *[c.samples for c in later]]), spoken)
+
+
+@pytest.mark.slow
+def test_the_loop_decodes_what_it_translates_with_a_beam_when_asked(stages, speech_dir):
+    """LoopOptions.beam_size: the speculation and the end's decode use beam search, the same engines; partial
+    captions stay greedy. On en_librispeech_1089-134686-0001 with 2 s of silence either side (`eval --noise`'s
+    clean row) greedy writes "his belly couched on him" and a beam of 5 the reference's "his belly counseled him"."""
+    from edge_rt.audio.sinks import TimelineSink
+    from edge_rt.audio.sources import FastFileSource
+    from edge_rt.loop.loop import Loop
+    from edge_rt.measure import noise_eval
+
+    import numpy as np
+
+    pad = np.zeros(2 * SAMPLE_RATE, np.float32)
+    audio = np.concatenate([pad, read_audio(speech_dir / "en_librispeech_1089-134686-0001.wav"), pad])
+    heard = {}
+    for beam in (1, 5):
+        traces, _ = noise_eval.run_loop(stages, audio, LoopOptions(target="pt", partials=False, beam_size=beam))
+        heard[beam] = normalize(" ".join(t.text for t in traces if t.text))
+    assert "counseled him" in heard[5] and "counseled" not in heard[1], heard
+    loop = Loop(stages, FastFileSource(audio), TimelineSink(22050, now_s=lambda: 0.0),
+                LoopOptions(target="pt", beam_size=5))
+    assert loop._final_asr.options.beam_size == 5 and loop.stages.asr.options.beam_size == 1
+    with pytest.raises(ValueError, match="beam_size must be in 1..16"):
+        LoopOptions(target="pt", beam_size=0)

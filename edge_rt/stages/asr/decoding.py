@@ -131,6 +131,15 @@ class WhisperInference:
             enc.run()
         self._decode = dec
 
+    @property
+    def new_k(self) -> np.ndarray:
+        """float32 [n_layer, 1, heads, d_head]: the key the last :meth:`step` wrote (host-cache decoder)."""
+        return self._new_k
+
+    @property
+    def new_v(self) -> np.ndarray:
+        return self._new_v
+
     def step(self, token: int, offset: int) -> np.ndarray:
         """Feed ``token`` at position ``offset`` (0-based); returns float32 logits [n_vocab] (a view, reused)."""
         self._token[0, 0] = token
@@ -275,14 +284,24 @@ def detect_language(sot_logits: np.ndarray, vocab: Vocabulary,
     return vocab.languages[list(index)[best]], float(probs[best])
 
 
+class TextSearch(Protocol):
+    def run(self, task: "DecodingTask", logits: np.ndarray, start: int,
+            stop: Callable[[], bool] | None) -> tuple[tuple[int, ...], float, float]:
+        """The text after the prompt whose last step gave ``logits`` (first text position ``start``):
+        (tokens, sum of log-probabilities, end-mark probability or NaN)."""
+        ...
+
+
 @dataclass(frozen=True)
 class DecodingTask:
-    """Greedy decoding of one encoder window: prompt, guards, argmax until ``<|endoftext|>``."""
+    """Decoding of one encoder window: prompt, guards, then argmax until ``<|endoftext|>`` (or the
+    ``search`` strategy given: :class:`~edge_rt.stages.asr.beam.BeamSearch`)."""
 
     inference: WhisperInference
     vocab: Vocabulary
     filters: Sequence[LogitFilter]
     max_new_tokens: int
+    search: TextSearch | None = None  # None: greedy
 
     def _prompt(self, prompt_for: PromptFn, language: "str | LanguageChooser | None", previous: Sequence[int],
                 previous_language: str | None, candidates: Sequence[str] | None = None
@@ -344,6 +363,9 @@ class DecodingTask:
         """
         logits, no_speech, language, language_prob, start = self._prompt(prompt_for, language, previous,
                                                                           previous_language, candidates)
+        if self.search is not None:
+            tokens, sum_logprob, end_mark = self.search.run(self, logits, start, stop)
+            return WindowResult(tokens, sum_logprob, no_speech, language, language_prob, end_mark)
         marks = np.asarray(self.vocab.final_marks, np.int64)
         decoder, tokens = GreedyDecoder(self.vocab.eot, marks), []
         end_mark, mark_ids, ended = float("nan"), set(self.vocab.final_marks), False

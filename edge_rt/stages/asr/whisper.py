@@ -17,6 +17,7 @@ import numpy as np
 
 from edge_rt.errors import AudioInputError, PackNotBuiltError, UnsupportedLanguageError
 from edge_rt.stages.asr import mel as melmod
+from edge_rt.stages.asr.beam import BeamCache, BeamSearch
 from edge_rt.stages.asr.decoding import (
     DecodeStopped,
     DecodingTask,
@@ -61,6 +62,9 @@ class AsrOptions:
     # bounded well under Whisper's own 223: 64 tokens are ~3 English sentences, and the cache keeps a
     # fixed 448 positions whatever the prompt (1 + 64 + 4 + 224 = 293).
     max_prompt_tokens: int = 64
+    # Hypotheses kept by beam search (Whisper's and faster-whisper's beam_size); 1 = greedy. Each costs
+    # one decoder run per token (the decoder graph has batch 1) and 24 KB per token of K/V (Whisper base).
+    beam_size: int = 1
 
     def __post_init__(self):
         if self.precision not in ("fp32", "int8"):
@@ -80,6 +84,8 @@ class AsrOptions:
             )
         if self.silence_peak is not None and not 0 <= self.silence_peak < 1:
             raise ValueError(f"AsrOptions.silence_peak is an amplitude in [0, 1) or None, not {self.silence_peak}")
+        if not 1 <= self.beam_size <= 16:
+            raise ValueError(f"AsrOptions.beam_size must be in 1..16 (1 = greedy), not {self.beam_size}")
         if any(t < -1 for t in self.suppress_tokens):
             raise ValueError(f"AsrOptions.suppress_tokens holds token ids or -1, not {self.suppress_tokens}")
 
@@ -134,7 +140,10 @@ class Asr:
         filters = [SuppressTokens(np.asarray(tokenizer.suppress_tokens(options.suppress_tokens), np.int64))]
         if options.suppress_blank:
             filters.insert(0, SuppressBlank(np.asarray(tokenizer.blank_tokens(), np.int64)))
-        self._task = DecodingTask(inference, vocab, tuple(filters), options.max_new_tokens)
+        search = None
+        if options.beam_size > 1:
+            search = BeamSearch(options.beam_size, BeamCache.shared(inference, options.beam_size, options.max_new_tokens))
+        self._task = DecodingTask(inference, vocab, tuple(filters), options.max_new_tokens, search)
         stride_s = options.bucket_s or self.buckets_s[-1]
         self._stride = bucket_frames(stride_s)  # frames per consecutive window
 

@@ -128,7 +128,9 @@ def test_built_tensorrt_twins_are_symmetric_int8(pack_name, request):
     if not any("trt" in r for r in records.values()):
         pytest.skip(f"engines/{pack_name} was built before TensorRT twins existed: rebuild it")
     twins = {name: r["trt"] for name, r in records.items() if (r.get("trt") or {}).get("file")}
-    assert "asr/encoder" in twins, records["asr/encoder"].get("trt")
+    assert any(t.get("nodes_from") != "dynamic" for t in twins.values()), twins  # a statically calibrated twin
+    for name, r in records.items():  # a model without a twin says why (the tiny encoder's gate is machine-bound)
+        assert name in twins or (r.get("trt") or {}).get("reason"), (name, r.get("trt"))
     for name, trt in twins.items():
         assert trt["backend"] == BACKEND_TRT and trt["file"].startswith(f"{TRT_DIR}/"), name
         stage, model = name.split("/", 1)
