@@ -37,13 +37,20 @@ CPU_ONLY = {
 }
 
 # ONNX Runtime options per stage or "stage/model" over edge_rt.backends.ort.SessionOptions (OrtEngines(tuning=)).
-# Empty by default; two measured candidates (default pack, INT8, x86, 2 threads, interleaved A/B runs):
+# "asr/encoder": {"mem_pattern": False}: ONNX Runtime plans one block per input shape, and the encoder has five
+#   window buckets; with long utterances (30-s windows) the loop's peak RSS after warm-up was 612 MB with it and
+#   580 MB without (`python -m edge_rt.measure.memory` over bench's 4 clips + de_fleurs_test_009, es_fleurs_test_001,
+#   fr_fleurs_test_001, default pack into pt; 532 MB either way on the 4 short clips alone, which never use the
+#   30-s window). Encoder time, best of 5 per bucket, two interleaved rounds: 5 s 72-78 / 75-78 ms, 20 s 376-404 /
+#   406-426 ms, 30 s 671-719 / 707-758 ms (with / without): ~0-5 % slower, within the rounds' spread at 5-10 s.
+#   Turning the arena off as well raised the peak to 664 MB.
+# Two measured candidates not taken (default pack, INT8, x86, 2 threads, interleaved A/B runs):
 #   "asr/decoder": {"prepack": False}  -101 MB RSS (the Whisper decoder's tied embedding is not packed a second
 #       time for the logits Gemm) and -0.37 s CPU at load, but transcribing en_jfk took +7 % CPU / +13 % wall;
 #       not measured on aarch64.
 #   "tts": {"graph_optimization": "basic"}  -0.3 s CPU at load (0.51 vs 0.80 s), synthesis as fast (CPU -6 %),
 #       but samples differ from piper-tts by up to 2.5e-5, over tests/stages/tts/test_voice.py's atol 1e-5.
-ORT_TUNING: dict[str, dict[str, object]] = {}
+ORT_TUNING: dict[str, dict[str, object]] = {"asr/encoder": {"mem_pattern": False}}
 
 
 class BackendUnavailableError(EdgeRtError, RuntimeError):

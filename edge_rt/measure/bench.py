@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+import soundfile as sf
 
 from edge_rt.audio.files import read_audio
 from edge_rt.audio.sinks import PacedFileSink
@@ -83,7 +84,10 @@ class BenchOptions:
     # and translates the first few clips twice (measure/memory.py): this process also holds the serial
     # baseline and the peer, so its own peak RSS is not the loop's.
     memory: bool = False
+    # The memory pass translates the first memory_clips clips and the memory_long longest (their 30-s Whisper
+    # windows set the encoder's arena: 532 MB on the first 4 alone, 580-612 MB with the 3 longest).
     memory_clips: int = 4
+    memory_long: int = 3
     beam_size: int = 1  # the loop's beam search for the text it translates (LoopOptions.beam_size)
 
     def loop_options(self, target: str) -> LoopOptions:
@@ -329,7 +333,9 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
     if options.memory:
         from edge_rt.measure.memory import measure_memory
 
-        memory = measure_memory(pack.dir, [c["path"] for c in clips[: options.memory_clips]],
+        longest = sorted(clips, key=lambda c: -sf.info(str(c["path"])).duration)[: options.memory_long]
+        chosen = list(dict.fromkeys([c["path"] for c in clips[: options.memory_clips]] + [c["path"] for c in longest]))
+        memory = measure_memory(pack.dir, chosen,
                                 precision=options.precision, threads=options.threads, target="pt").as_dict()
     speed = None
     if options.speed_repeats:
