@@ -18,11 +18,16 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from edge_rt.errors import EdgeRtError
 from edge_rt.stages.asr.decoding import DecodeStopped, WhisperInference, log_softmax, repeated_tail
 
-__all__ = ["BeamCache", "BeamResult", "BeamSearch", "beam_search"]
+__all__ = ["BeamCache", "BeamResult", "BeamSearch", "BeamUnsupportedError", "beam_search"]
 
 _SHARED: "weakref.WeakKeyDictionary[WhisperInference, dict]" = weakref.WeakKeyDictionary()
+
+
+class BeamUnsupportedError(EdgeRtError, ValueError):
+    """Beam search asked of a decoder it cannot run on."""
 
 
 class BeamCache:
@@ -34,9 +39,10 @@ class BeamCache:
 
     def __init__(self, inference: WhisperInference, size: int, steps: int):
         if inference.device_cache:
-            raise ValueError("beam search needs the decoder with host-side cache writes (whisper_decoder.onnx); "
-                             "the device-cache decoder keeps its cache where the host cannot copy it: use "
-                             "AsrOptions.beam_size=1 on that backend")
+            raise BeamUnsupportedError(
+                "beam search needs the Whisper decoder with host-side cache writes (ONNX Runtime); the device-cache "
+                "decoder (TensorRT) keeps its cache where the host cannot copy it: use --beam 1 "
+                "(AsrOptions.beam_size=1) on that backend, or --backend cpu")
         self.inference = inference
         L, _, H, dh, _ = inference.self_k.shape
         self.k = np.zeros((steps, size, L, H, dh), np.float32)

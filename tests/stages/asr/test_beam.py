@@ -13,7 +13,7 @@ from edge_rt.backends.factory import OrtEngines
 from edge_rt.backends.ort import OrtEngine, SessionOptions
 from edge_rt.measure.scoring import normalize
 from edge_rt.build.export.whisper_device import export_device_decoder
-from edge_rt.stages.asr.beam import BeamCache, BeamSearch
+from edge_rt.stages.asr.beam import BeamCache, BeamSearch, BeamUnsupportedError
 from edge_rt.stages.asr.decoding import WhisperInference, log_softmax
 from edge_rt.stages.asr.mel import log_mel, window
 from edge_rt.stages.asr.whisper import Asr, AsrOptions
@@ -119,5 +119,5 @@ def test_beam_search_on_the_device_cache_decoder_says_what_to_do(tiny_pack, tmp_
     opts = SessionOptions(intra_op_threads=1)
     decoder = OrtEngine(export_device_decoder(tiny_pack.model("asr", "decoder"), tmp_path / "d.onnx"), opts)
     inference = WhisperInference(OrtEngine(tiny_pack.model("asr", "encoder"), opts), decoder, entry["dims"])
-    with pytest.raises(ValueError, match="beam_size=1"):
+    with pytest.raises(BeamUnsupportedError, match=r"use --beam 1 \(AsrOptions.beam_size=1\)"):
         BeamCache(inference, 5, 16)
