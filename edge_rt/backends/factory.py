@@ -41,9 +41,10 @@ CPU_ONLY = {
 #   window buckets; with long utterances (30-s windows) the loop's peak RSS after warm-up was 612 MB with it and
 #   580 MB without (`python -m edge_rt.measure.memory` over bench's 4 clips + de_fleurs_test_009, es_fleurs_test_001,
 #   fr_fleurs_test_001, default pack into pt; 532 MB either way on the 4 short clips alone, which never use the
-#   30-s window). Encoder time, best of 5 per bucket, two interleaved rounds: 5 s 72-78 / 75-78 ms, 20 s 376-404 /
-#   406-426 ms, 30 s 671-719 / 707-758 ms (with / without): ~0-5 % slower, within the rounds' spread at 5-10 s.
-#   Turning the arena off as well raised the peak to 664 MB.
+#   30-s window). Encoder time, best of 5 per window, five interleaved rounds (`python tools/encoder_pattern_ab.py
+#   on|off`), with / without: 5 s 72-104 / 75-103 ms, 10 s 152-176 / 164-209, 15 s 246-281 / 264-289, 20 s
+#   359-404 / 394-426, 30 s 671-740 / 640-758 ms: the 20-s window ~5 % slower, the others within the rounds'
+#   spread. Turning the arena off as well raised the peak to 664 MB.
 # Two measured candidates not taken (default pack, INT8, x86, 2 threads, interleaved A/B runs):
 #   "asr/decoder": {"prepack": False}  -101 MB RSS (the Whisper decoder's tied embedding is not packed a second
 #       time for the logits Gemm) and -0.37 s CPU at load, but transcribing en_jfk took +7 % CPU / +13 % wall;
