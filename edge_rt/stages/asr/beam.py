@@ -97,7 +97,6 @@ class BeamResult:
     tokens: tuple[int, ...]
     sum_logprob: float  # <|endoftext|> included when it ended
     end_mark_prob: float  # NaN when it did not end with <|endoftext|>
-    steps: int  # decoder runs
 
 
 @dataclass(frozen=True)
@@ -128,7 +127,6 @@ def beam_search(inference: WhisperInference, cache: BeamCache, logits: np.ndarra
     cache.reset()
     live = [_Hypothesis((), (), 0.0, float("nan"))]
     finished: list[_Hypothesis] = []
-    runs = 0
     for n in range(max_new_tokens):
         proposals = []
         for j, h in enumerate(live):
@@ -138,7 +136,6 @@ def beam_search(inference: WhisperInference, cache: BeamCache, logits: np.ndarra
                 cache.load(start, h.chain)
                 logits = inference.step(h.tokens[-1], start + n - 1)
                 cache.keep(n - 1, j)
-                runs += 1
             for f in filters:
                 f.apply(logits, n)
             logp = log_softmax(logits)
@@ -170,4 +167,4 @@ def beam_search(inference: WhisperInference, cache: BeamCache, logits: np.ndarra
     else:  # the token limit: the live hypotheses compete too, with no verdict on their end
         finished += [_Hypothesis(h.tokens, h.chain, h.logprob, float("nan")) for h in live]
     best = max(finished, key=lambda h: h.logprob / max(len(h.tokens), 1))
-    return BeamResult(best.tokens, best.logprob, best.end_mark, runs)
+    return BeamResult(best.tokens, best.logprob, best.end_mark)
