@@ -16,8 +16,11 @@ Two steps, so a grid of settings costs one pass of the models:
    session, the speaker statistics carrying over from item to item).
 
 Per setting it prints: talk-over (spliced items whose utterance ended inside the spliced hesitation),
-split (items cut at any pause before the real end, natural pauses included) and the end wait
-(audio ms from the end of speech to the end being declared; compute is not included).
+split (items cut at any pause before the real end, natural pauses included), the end wait (audio ms
+from the end of speech to the end being declared; compute is not included) and the ready wait: the
+later of the declared end and the speculation's end (``speculate_after_ms`` + the wall-clock time the
+recording measured for the decode, translation and first clause at that pause), the earliest the
+speech could start. Then the same for the defaults with each ``complete_after_ms``.
 
     python tools/tune_turn.py --pack default --precision int8 --half tune [--cache /tmp/turn_tune.json]
 """
@@ -28,6 +31,7 @@ import argparse
 import itertools
 import json
 import sys
+import time
 import zlib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -57,6 +61,9 @@ class Pause:
     lang: str = ""
     mark: float | None = None  # Whisper's P(sentence-final mark) at the end of that transcript (None: NaN)
     p: dict[int, float] = field(default_factory=dict)  # pause ms -> P(complete)
+    # Wall-clock ms the speculation at this pause took (decode, translation, first clause): the end's
+    # speech cannot start sooner than speculate_after_ms + this, whatever the policy decides.
+    spec_ms: float | None = None
 
 
 @dataclass
@@ -120,12 +127,25 @@ def record(stages, items: list[Item], hold_ms: int) -> list[Pause]:
         loop = Loop(stages, source, sink, LoopOptions(target=target, partials=False,
                                                       turn=TurnOptions(model_at_ms=CANDIDATE_MS, max_pause_ms=hold_ms)))
         loop.turn_policy = RecordingPolicy(loop, it.id, log, hold_ms)
-        # Only the evidence is needed: no speech ahead, no final decode (2 cores: the recording is the cost).
-        loop._synthesize_ahead = lambda hyp, utterance: hyp
+        # The evidence and the speculation's time (decode, translation, first clause, as the live loop does
+        # it at a pause); no final decode (2 cores: the recording is the cost).
+        loop._maybe_speculate = _timed(loop, loop._maybe_speculate, log)
         loop._finalize = lambda tr, speculation=None: loop._close(tr)
         loop.run()
         print(f"  recorded {it.id}: {sum(p.item == it.id for p in log)} pauses", file=sys.stderr)
     return log
+
+
+def _timed(loop: Loop, speculate, log: list[Pause]):
+    """``loop._maybe_speculate`` that notes its wall-clock time on the current pause's record."""
+
+    def run() -> bool:
+        t0 = time.perf_counter()
+        ran = speculate()
+        if ran and log and log[-1].start == loop.endpointer.speech_end_sample:
+            log[-1].spec_ms = (time.perf_counter() - t0) * 1000
+        return ran
+    return run
 
 
 def simulate(options: TurnOptions | None, items: list[Item], log: list[Pause], use_model: bool,
@@ -143,7 +163,7 @@ def simulate(options: TurnOptions | None, items: list[Item], log: list[Pause], u
     policy = TurnPolicy(options, hangover_ms) if options else None
     by_id = {it.id: it for it in items}
     talk = hes = split = internal = 0
-    waits, complete = [], 0
+    waits, ready, complete = [], [], 0
     current = None
     for pause in log:
         it = by_id[pause.item]
@@ -155,6 +175,9 @@ def simulate(options: TurnOptions | None, items: list[Item], log: list[Pause], u
             if ended is not None:
                 waits.append(ended[0] * VAD_FRAME_MS)
                 complete += ended[1] == "complete"
+                # The speech can start once the end is declared AND the work done at the pause is ready.
+                spec = speculate_frames * VAD_FRAME_MS + (pause.spec_ms or 0.0)
+                ready.append(max(ended[0] * VAD_FRAME_MS, spec))
             continue
         if pause.frames is None:  # the recording itself ended here (a pause longer than the hold)
             continue
@@ -167,9 +190,10 @@ def simulate(options: TurnOptions | None, items: list[Item], log: list[Pause], u
         if policy is not None:
             policy.speech_resumed(pause.frames * VAD_FRAME_MS)
     w = np.array(waits or [np.nan])
+    r = np.array(ready or [np.nan])
     return dict(talk_over=f"{talk}/{hes}", split=f"{split}/{internal}", wait_p50=float(np.median(w)),
                 wait_p90=float(np.percentile(w, 90)), wait_mean=float(w.mean()), complete=complete,
-                finals=len(waits))
+                finals=len(waits), ready_p50=float(np.median(r)), ready_mean=float(r.mean()))
 
 
 def _end_frame(policy, pause: Pause, use_model: bool, hangover_ms: int, speculate_frames: int):
@@ -275,11 +299,22 @@ def main(argv=None) -> int:
         unique.setdefault((r[1]["talk_over"], r[1]["split"], round(r[1]["wait_mean"])), r)
     key = lambda r: (count(r, "talk_over"), r[1]["wait_mean"])  # noqa: E731
     print(f"{len(items)} items ({args.half} half), {len(log)} pauses; the Pareto front of {len(tuned)} settings")
-    print(f"{'setting':70s} {'talk-over':>9s} {'split':>6s} {'wait p50':>8s} {'p90':>6s} {'mean':>6s} complete")
-    for name, m in fixed + sorted(unique.values(), key=key)[: args.top]:
-        print(f"{name:70s} {m['talk_over']:>9s} {m['split']:>6s} {m['wait_p50']:8.0f} {m['wait_p90']:6.0f} "
-              f"{m['wait_mean']:6.0f} {m['complete']}/{m['finals']}")
+    _table(fixed + sorted(unique.values(), key=key)[: args.top])
+    # When a complete sentence ends: below the speculation's own time an earlier end buys nothing (the speech
+    # is not ready), and every ms more keeps a natural pause of that length inside the sentence.
+    base = TurnOptions()
+    print("\nthe defaults with another complete_after_ms (ready = max(declared end, 64 ms + the speculation's time)):")
+    _table([(f"complete_after_ms={a}", simulate(replace(base, complete_after_ms=a), items, log, True, carry=args.carry))
+            for a in (64, 128, 192, 256, 320, 384, 448, 512)])
     return 0
+
+
+def _table(rows) -> None:
+    print(f"{'setting':70s} {'talk-over':>9s} {'split':>6s} {'wait p50':>8s} {'p90':>6s} {'mean':>6s} "
+          f"{'ready p50':>9s} {'mean':>6s} complete")
+    for name, m in rows:
+        print(f"{name:70s} {m['talk_over']:>9s} {m['split']:>6s} {m['wait_p50']:8.0f} {m['wait_p90']:6.0f} "
+              f"{m['wait_mean']:6.0f} {m['ready_p50']:9.0f} {m['ready_mean']:6.0f} {m['complete']}/{m['finals']}")
 
 
 if __name__ == "__main__":

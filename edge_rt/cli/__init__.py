@@ -26,6 +26,13 @@ def _add_pack_args(p: argparse.ArgumentParser, precision: bool = True) -> None:
                         "TensorRT and GPU, else the CPU (it says which and why); tensorrt fails if it cannot run")
 
 
+def _add_turn_arg(p: argparse.ArgumentParser) -> None:
+    """--complete-after-ms: when a sentence the turn policy judges complete ends (TurnOptions.complete_after_ms)."""
+    p.add_argument("--complete-after-ms", type=int, default=None, metavar="MS",
+                   help="pause that ends a sentence judged complete (default 256: about the time the decode at a "
+                        "pause takes on a 2-core CPU; lower it where that is shorter, e.g. on a GPU)")
+
+
 def _add_ops_commands(sub) -> None:
     s = sub.add_parser("serve", help="the systemd service: config file, READY/STATUS/WATCHDOG, restarts audio")
     s.add_argument("--config", default=None, help="TOML config (systemd/config.example.toml); flags override it")
@@ -83,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="beam search of N hypotheses for the text that is translated (default 1, greedy; 5 as "
                         "faster-whisper: fewer word errors in noise, ~3x the decode time)")
     t.add_argument("--json", action="store_true", help="print utterances and output path as JSON")
+    _add_turn_arg(t)
     _add_pack_args(t)
     t.set_defaults(func=_cmd_translate)
 
@@ -111,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--record", default=None, help="field test: record the session into this new folder")
     r.add_argument("--latency-budget-ms", type=float, default=1500.0,
                    help="with --record: dump the flight recorder when an utterance is slower (default 1500)")
+    _add_turn_arg(r)
     _add_pack_args(r)
     r.set_defaults(func=_cmd_run)
 
@@ -128,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the live loop's beam search for the text it translates (default 1, greedy; `run --beam`)")
     b.add_argument("--no-turn-policy", action="store_true",
                    help="end every pause at the plain hangover (no end-of-turn model, no holding through hesitations)")
+    _add_turn_arg(b)
     b.add_argument("--memory", action="store_true",
                    help="also measure the loop's own peak RSS after warm-up and cold start in a fresh process")
     b.add_argument("--paused", action="store_true",

@@ -12,6 +12,20 @@ def _stage_options(args: argparse.Namespace):
                         target=getattr(args, "to", None))
 
 
+def _turn_options(args: argparse.Namespace):
+    """TurnOptions with ``--complete-after-ms`` when given (else the policy's defaults)."""
+    from edge_rt.loop.turn_policy import TurnOptions
+
+    if args.complete_after_ms is None:
+        return TurnOptions()
+    try:
+        return TurnOptions(complete_after_ms=args.complete_after_ms)
+    except ValueError as e:
+        from edge_rt.errors import EdgeRtError
+
+        raise EdgeRtError(f"--complete-after-ms {args.complete_after_ms}: {e}") from e
+
+
 def _say_backend(console, pipe) -> None:
     console.print(f"backend: {pipe.backend.name} ({pipe.backend.reason})", highlight=False)
 

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from edge_rt.cli.common import _say_backend, _show_caption, _stage_options
+from edge_rt.cli.common import _say_backend, _show_caption, _stage_options, _turn_options
 from edge_rt.errors import EdgeRtError
 
 
@@ -38,7 +38,8 @@ def _cmd_translate(args: argparse.Namespace) -> int:
     t1 = time.perf_counter()
     spoken, languages = _sources(args.source)
     utts, track, rate = translate_audio(stages, audio, TranslateOptions(target=args.to, source=spoken,
-                                                                        languages=languages, beam_size=args.beam))
+                                                                        languages=languages, beam_size=args.beam,
+                                                                        turn=_turn_options(args)))
     write_audio(out, track, rate)
     run_s = time.perf_counter() - t1
     if args.json:
@@ -98,7 +99,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     captions = Captions(_show_caption(Console()))
     spoken, languages = _sources(args.source)
     options = LoopOptions(target=args.to, source=spoken, languages=languages,
-                          endpoint=EndpointOptions(hangover_ms=args.hangover_ms),
+                          endpoint=EndpointOptions(hangover_ms=args.hangover_ms), turn=_turn_options(args),
                           frontend=FrontEndOptions() if args.loudspeaker else None,
                           barge_in=args.barge_in or ("pause" if args.loudspeaker else "continue"),
                           beam_size=args.beam)

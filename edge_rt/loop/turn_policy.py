@@ -104,9 +104,17 @@ class TurnOptions:
     # ... below which the pause is a hesitation (held up to max_pause_ms). 0.2 (vs 0.05/0.1): with the
     # end-mark rules, 2/15 talk-over at either; 0.2 cuts one natural pause fewer for +4 ms mean wait.
     incomplete_probability: float = 0.2
-    # A pause judged complete ends the utterance at this pause length: the speculation (decode,
-    # translation, first clause) runs at 64 ms, so at 64 ms everything is ready (96: +18 ms mean, no gain).
-    complete_after_ms: int = 64
+    # A pause judged complete ends the utterance at this pause length. The speculation (decode, translation,
+    # first clause) starts at 64 ms and takes 136-663 ms here (2-core x86, default pack; p50 274-311 ms), and
+    # the speech cannot start before it is done, so ending sooner buys nothing while every ms more keeps a
+    # natural pause of that length inside the sentence. tools/tune_turn.py, "ready" = the later of the
+    # declared end and the speculation's end: on the tuning half 64 -> 256 ms cuts 20 -> 13 of 83 natural
+    # pauses at a ready wait p50 445 -> 445 ms, mean 602 -> 607 ms (320: no fewer cuts, +6 ms); on the held-out
+    # half 20 -> 10 of 77, ready mean 620 -> 622 ms. Live, the two interleaved clip by clip on all 33 clips
+    # (tools/turn_end_ab.py): talk-over 48.5 -> 36.4 %, turn latency P50 1044 -> 593 ms (fewer clips queued
+    # behind their own fragments), per-clip median ratio x1.00. On a device whose speculation is shorter
+    # (a GPU) this waits for nothing: lower it there (`--complete-after-ms`, `[loop] complete_after_ms`).
+    complete_after_ms: int = 256
     # The longest pause held open for a sentence judged incomplete; a speaker silent this long has
     # yielded the turn whatever the evidence says. 1024 ms: same talk-over as 1280, 50 ms less mean wait.
     max_pause_ms: int = 1024

@@ -80,6 +80,7 @@ class BenchOptions:
     speculate_after_ms: int | None = LoopOptions.speculate_after_ms
     paused: PauseOptions | None = None  # also run the paused-speech set (paused.py) built with these options
     turn_policy: bool = True  # end complete sentences early, hold through hesitations (False: the plain hangover)
+    turn: TurnOptions = field(default_factory=TurnOptions)  # the policy's knobs when turn_policy is on
     # The loop's own memory and cold start, in a fresh process that loads what `edge-rt run --to pt` loads
     # and translates the first few clips twice (measure/memory.py): this process also holds the serial
     # baseline and the peer, so its own peak RSS is not the loop's.
@@ -92,7 +93,7 @@ class BenchOptions:
 
     def loop_options(self, target: str) -> LoopOptions:
         return LoopOptions(target=target, partials=self.partials, speculate_after_ms=self.speculate_after_ms,
-                           turn=TurnOptions() if self.turn_policy else None, beam_size=self.beam_size)
+                           turn=self.turn if self.turn_policy else None, beam_size=self.beam_size)
 
     def target_for(self, lang: str) -> str:
         """English clips are spoken in Portuguese, every other language in English."""
@@ -386,6 +387,7 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
         "speed": speed,
         "loop": {"partials": options.partials, "speculate_after_ms": options.speculate_after_ms,
                  "turn_policy": options.turn_policy, "beam_size": options.beam_size,
+                 "complete_after_ms": options.turn.complete_after_ms if options.turn_policy else None,
                  # partial captions stopped because a pause began while they decoded (loop/pause_watch.py)
                  "partials_stopped": sum(r.partials_stopped for r in results)},
         "slowdown": options.slowdown or None,

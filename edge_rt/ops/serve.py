@@ -116,6 +116,7 @@ class Server:
         from edge_rt.audio.devices import AudioBackendWedged, AudioDeviceError, DeviceSink, DeviceSource, rescan
         from edge_rt.loop.endpoint import EndpointOptions
         from edge_rt.loop.loop import LoopOptions
+        from edge_rt.loop.turn_policy import TurnOptions
         from edge_rt.pipeline import StageOptions, load_stages
         from edge_rt.pack import BuiltPack
 
@@ -127,6 +128,7 @@ class Server:
         self.log(f"backend: {stages.backend.name} ({stages.backend.reason})")
         options = LoopOptions(target=c.translate.to, source=c.translate.source,
                               endpoint=EndpointOptions(hangover_ms=c.loop.hangover_ms),
+                              turn=TurnOptions(complete_after_ms=c.loop.complete_after_ms),
                               keep_traces=1000)  # always on: memory must not grow with every utterance
         if c.metrics.port:  # one registry for the whole service life, across audio reopenings
             from edge_rt.ops.metrics import Metrics

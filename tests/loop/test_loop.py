@@ -127,13 +127,34 @@ def test_speculation_synthesizes_the_first_clause_during_the_pause(stages, speec
     assert voiced(sink.audio()) == pytest.approx(voiced(plain_sink.audio()), rel=0.01)
 
 
-def test_a_complete_sentence_ends_well_before_the_hangover(product_stages, speech_dir):
-    traces, ends = _run_seeing_ends(product_stages, read_audio(speech_dir / "en_librispeech_1089-134691-0000.wav"))
-    assert [t.text for t in traces] == ["He could wait no longer."]
+def test_a_complete_sentence_ends_before_the_hangover(product_stages, speech_dir):
+    """Judged complete, the sentence ends at TurnOptions.complete_after_ms of pause, with the work done at
+    the pause (whose own time, on a CPU, is longer than that wait)."""
+    # Whisper's mark after "... the dreams built around it." is 0.93-0.96 (>= mark_complete): complete whatever
+    # Smart Turn says as the pause goes on ("He could wait no longer." ends on the model: 0.97 at 64 ms, 0.91
+    # at 192 ms, which is unsure, so it ends at the hangover).
+    traces, ends = _run_seeing_ends(product_stages, read_audio(speech_dir / "en_librispeech_1995-1837-0001.wav"))
+    assert len(traces) == 1 and traces[0].text.endswith("built around it."), [t.text for t in traces]
     (end, declared, reason), = ends
     assert reason == "complete" and traces[0].end_reason == "complete"
-    assert declared - end <= HANGOVER // 2, f"declared {(declared - end) / 16:.0f} ms after the speech"
+    after = TurnOptions().complete_after_ms * 16
+    assert declared - end <= after + 512 and declared - end < HANGOVER, \
+        f"declared {(declared - end) / 16:.0f} ms after the speech"
     assert traces[0].speculative  # the decode, translation and first clause done at the pause were used
+
+
+def test_a_short_pause_after_a_clause_stays_inside_the_sentence(product_stages, speech_dir):
+    """en_fleurs_1938 reads "... protocol for infection control | including separating the patient | from
+    others ..." with pauses of ~0.2-0.3 s, where Whisper's speculation reads a finished sentence: ended at
+    64 ms of pause (the earlier default) it is cut there and its halves are translated apart (spoken over the
+    speaker live); at the default the speaker goes on before the pause ends the turn."""
+    audio = read_audio(speech_dir / "en_fleurs_1938.wav")
+    early, _ = _run_seeing_ends(product_stages, audio, turn=TurnOptions(complete_after_ms=64))
+    assert len([t for t in early if t.text]) >= 2, [t.text for t in early]  # else the test shows nothing
+    traces, ends = _run_seeing_ends(product_stages, audio)
+    said = [t for t in traces if t.text]
+    assert len(said) == 1, [(t.text, t.end_reason) for t in said]
+    assert "including" in said[0].text and "infection" in said[0].text, said[0].text
 
 
 def test_a_hesitation_mid_sentence_does_not_end_the_utterance(product_stages, speech_dir):

@@ -1,0 +1,92 @@
+#!/usr/bin/env python
+"""Two turn policies live, in one run, clip by clip: turn latency, talk-over and the live captions' WER.
+
+Replays every clip of the speech set, and its paused version (``edge-rt bench --paused``: a 600 ms pause
+inserted at a word boundary), live as `edge-rt bench` does, once with each setting of
+``TurnOptions.complete_after_ms`` (the pause at which a sentence judged complete ends), the order
+alternating from clip to clip. Prints per clip and setting the turn latency, whether a translation
+started before the speaker's final end (talk-over), then for each setting and set: turn latency P50/P95,
+the talk-over rate, the English WER of the live captions, and the paired latency ratio. Needs an idle
+machine (~25 min for the 33 clips and their paused versions with two settings).
+
+    python tools/turn_end_ab.py [--after 64 256] [--limit N] [--no-paused]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from edge_rt.audio.files import read_audio  # noqa: E402
+from edge_rt.loop.turn_policy import TurnOptions  # noqa: E402
+from edge_rt.measure import bench  # noqa: E402
+from edge_rt.measure.paused import PauseOptions, paused_clip  # noqa: E402
+from edge_rt.measure.turn_taking import live_error_rates, turn_taking  # noqa: E402
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pack", default="default")
+    ap.add_argument("--after", type=int, nargs=2, default=(64, 256), metavar=("A", "B"),
+                    help="the two complete_after_ms settings (ms)")
+    ap.add_argument("--limit", type=int, default=None, help="at most this many clips")
+    ap.add_argument("--no-paused", action="store_true", help="only the clips as recorded")
+    args = ap.parse_args(argv)
+    options = bench.BenchOptions(pack=args.pack, baseline=False, backend="cpu")
+    pack, stages = bench.load_bench_stages(options)
+    clips = bench.load_clips(options)[: args.limit]
+    names = [f"after={a}" for a in args.after]
+    turn = {n: dataclasses.replace(TurnOptions(), complete_after_ms=a) for n, a in zip(names, args.after)}
+    rows: dict[str, list] = {"real": [], "paused": []}
+    k = 0
+    for clip in clips:
+        audio = read_audio(clip["path"])
+        items = [("real", audio, bench.oracle_end(stages.vad, audio), ())]
+        if not args.no_paused:
+            p = paused_clip(clip["id"], audio, stages.vad, PauseOptions())
+            if p is not None:
+                items.append(("paused", p.audio, p.final_end, p.pauses))
+        for kind, a, end, pauses in items:
+            result = {}
+            order = names if k % 2 == 0 else names[::-1]
+            k += 1
+            for name in order:
+                loop_opts = dataclasses.replace(options.loop_options(options.target_for(clip["lang"])), turn=turn[name])
+                run = bench.run_clip(stages, a, loop_opts, options.tail_s)
+                t = bench.live_turn(run.traces, run.clock, end)
+                taking = turn_taking(run.traces, run.clock, end, run.last_played_ns, pauses)
+                result[name] = (t.latency_ms, taking.talk_over, run.captions.final_text())
+            rows[kind].append((clip, result))
+            print(f"{clip['id']} ({kind}) " + "  ".join(
+                f"{n}: {_ms(v[0])}{' talk-over' if v[1] else ''}" for n, v in result.items()), flush=True)
+    for kind, rs in rows.items():
+        if not rs:
+            continue
+        print(f"\n{kind} ({len(rs)} clips)")
+        for n in names:
+            lat = [r[n][0] for _, r in rs if r[n][0] is not None]
+            over = sum(r[n][1] for _, r in rs)
+            wer = live_error_rates((c["lang"], c.get("text", ""), r[n][2]) for c, r in rs if c.get("text"))
+            en = wer.get("en", {}).get("value")
+            print(f"  {n}: turn latency P50 {np.percentile(lat, 50):.0f} ms, P95 {np.percentile(lat, 95):.0f} ms "
+                  f"({len(lat)} measured); talk-over {over}/{len(rs)} ({100 * over / len(rs):.1f} %); "
+                  f"live English WER {en} %")
+        both = [(r[names[1]][0], r[names[0]][0]) for _, r in rs if r[names[0]][0] and r[names[1]][0]]
+        if both:
+            print(f"  {names[1]} / {names[0]}: P50 x{np.median([a for a, _ in both]) / np.median([b for _, b in both]):.3f}, "
+                  f"median of the per-clip ratios x{np.median([a / b for a, b in both]):.3f} ({len(both)} clips)")
+    return 0
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0f} ms"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
