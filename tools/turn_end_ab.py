@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-paused", action="store_true", help="only the clips as recorded")
     args = ap.parse_args(argv)
     options = bench.BenchOptions(pack=args.pack, baseline=False, backend="cpu")
-    pack, stages = bench.load_bench_stages(options)
+    _, stages = bench.load_bench_stages(options)
     clips = bench.load_clips(options)[: args.limit]
     names = [f"after={a}" for a in args.after]
     turn = {n: dataclasses.replace(TurnOptions(), complete_after_ms=a) for n, a in zip(names, args.after)}

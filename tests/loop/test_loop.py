@@ -151,7 +151,7 @@ def test_a_short_pause_after_a_clause_stays_inside_the_sentence(product_stages, 
     audio = read_audio(speech_dir / "en_fleurs_1938.wav")
     early, _ = _run_seeing_ends(product_stages, audio, turn=TurnOptions(complete_after_ms=64))
     assert len([t for t in early if t.text]) >= 2, [t.text for t in early]  # else the test shows nothing
-    traces, ends = _run_seeing_ends(product_stages, audio)
+    traces, _ = _run_seeing_ends(product_stages, audio)
     said = [t for t in traces if t.text]
     assert len(said) == 1, [(t.text, t.end_reason) for t in said]
     assert "including" in said[0].text and "infection" in said[0].text, said[0].text
