@@ -76,7 +76,8 @@ def bucket_bindings(stage: str, model: str, entry: Mapping[str, Any]) -> list[di
         buckets = sorted(int(b) for b in entry["buckets_s"])
         if model == "encoder":
             return [{"frames": bucket_frames(b)} for b in buckets]
-        return [{"positions": bucket_positions(b)} for b in buckets]
+        # The decoder's ``beams``: one sequence (beam search runs on the host, ONNX Runtime: stages/asr/beam.py).
+        return [{"positions": bucket_positions(b), "beams": 1} for b in buckets]
     if stage == "mt":
         buckets = [int(s) for s in entry["src_buckets"]]
         if model.endswith("/encoder"):

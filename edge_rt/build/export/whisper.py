@@ -14,7 +14,7 @@ from edge_rt.build.export.ct2 import read_ct2
 from edge_rt.build.files import copy_file, save_onnx
 from edge_rt.build.export.graph import OPSET
 from edge_rt.build.export.whisper_device import device_cache_decoder
-from edge_rt.build.export.whisper_graphs import WhisperDims, decoder_graph, encoder_graph
+from edge_rt.build.export.whisper_graphs import BEAMS, WhisperDims, decoder_graph, encoder_graph
 from edge_rt.errors import PackSpecError
 from edge_rt.stages.asr.tokenizer import language_codes
 from edge_rt.units import MAX_TEXT_CTX, WHISPER_BUCKETS_S, bucket_positions
@@ -59,14 +59,14 @@ def _io(dims: WhisperDims) -> dict[str, Any]:
         },
         "decoder": {
             "inputs": {
-                "tokens": [1, 1],
+                "tokens": [BEAMS, 1],
                 "offset": [1],
-                "self_k_<i>": [1, H, dh, MAX_TEXT_CTX],
-                "self_v_<i>": [1, H, MAX_TEXT_CTX, dh],
+                "self_k_<i>": [BEAMS, H, dh, MAX_TEXT_CTX],
+                "self_v_<i>": [BEAMS, H, MAX_TEXT_CTX, dh],
                 "cross_k_<i>": [1, H, dh, "positions"],
                 "cross_v_<i>": [1, H, "positions", dh],
             },
-            "outputs": {"logits": [1, dims.n_vocab], "new_k": [L, 1, H, dh], "new_v": [L, 1, H, dh]},
+            "outputs": {"logits": [BEAMS, dims.n_vocab], "new_k": [L, BEAMS, H, dh], "new_v": [L, BEAMS, H, dh]},
         },
         "decoder_device": {  # the decoder's inputs; bind self_*_<i> device_resident <- self_*_out_<i>
             "outputs": {"logits": [1, dims.n_vocab], "self_k_out_<i>": [1, H, dh, MAX_TEXT_CTX],

@@ -1,7 +1,7 @@
 """Build step: the Whisper one-step decoder with its self-attention cache update inside the graph.
 
 ``whisper_decoder.onnx`` (:mod:`edge_rt.build.export.whisper_graphs`) reads the 448-position
-caches and returns only this step's keys/values (``new_k``/``new_v`` [L, 1, H, dh]); the
+caches and returns only this step's keys/values (``new_k``/``new_v`` [L, beams, H, dh]); the
 caller writes them into ``self_k[..., offset]`` / ``self_v[..., offset, :]`` on the host. On a
 GPU that host write would mean uploading the whole cache every token (issue 12). This pass
 rewrites the exported model into ``whisper_decoder_device.onnx``, which has the same inputs and
@@ -11,7 +11,8 @@ returns, per layer ``i``, the updated caches::
     self_v_out_<i>  [1, H, 448, dh]  float32  self_v_<i> with row ``offset`` = this step's value
     logits          [1, n_vocab]     float32  unchanged
 
-so a runtime binds ``device_resident={"self_k_<i>": "self_k_out_<i>", "self_v_<i>": "self_v_out_<i>"}``
+for one sequence (``beams`` is fixed at 1: beam search keeps its caches on the host), so a runtime
+binds ``device_resident={"self_k_<i>": "self_k_out_<i>", "self_v_<i>": "self_v_out_<i>"}``
 and the cache never leaves the device. ``new_k``/``new_v`` are dropped. The write is one
 ``ScatterElements`` per cache (axis 3 for the transposed keys, 2 for the values), at the
 model's own opset. The CPU keeps the original graph: there the host write is L * 2 * d floats
@@ -51,6 +52,15 @@ def _n_layers(inputs: dict) -> int:
     while f"self_k_{n}" in inputs and f"self_v_{n}" in inputs:
         n += 1
     return n
+
+
+def _pin_beams(graph) -> None:
+    """The exported decoder runs ``beams`` sequences (1 greedy, the beam width for beam search); beam search
+    needs the cache on the host (stages/asr/beam.py), so the device variant is for one sequence: beams = 1."""
+    for vi in [*graph.input, *graph.output, *graph.value_info]:
+        for d in vi.type.tensor_type.shape.dim:
+            if d.dim_param == "beams":
+                d.dim_value = 1  # clears dim_param (a oneof)
 
 
 def _check_source(graph, opset: int) -> tuple[int, int, int]:
@@ -140,6 +150,7 @@ def device_cache_decoder(model):
     out = onnx.ModelProto()
     out.CopyFrom(model)
     graph = out.graph
+    _pin_beams(graph)
     L, H, dh = _check_source(graph, opset)
     inputs = {vi.name: vi for vi in graph.input}
     T = _dims(inputs["self_k_0"])[3]

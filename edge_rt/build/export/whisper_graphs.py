@@ -13,18 +13,22 @@ layer's cross-attention K/V weights, so the decoder never recomputes them. K is
 stored transposed (``d_head`` before ``positions``) so the decoder's ``q @ K`` is
 a plain MatMul.
 
-Decoder (``whisper_decoder.onnx``), one token per call, every shape static except
-``positions``:
+Decoder (``whisper_decoder.onnx``), one token of each of ``beams`` sequences per call, every shape
+static except ``positions`` and ``beams``:
 
-    tokens      [1, 1]                                int64   the token at ``offset``
-    offset      [1]                                   int64   its position, 0..447
-    self_k_<i>  [1, n_text_head, d_head, 448]         float32 past keys of layer i (transposed)
-    self_v_<i>  [1, n_text_head, 448, d_head]         float32 past values of layer i
-    cross_k_<i> [1, n_text_head, d_head, positions]   float32 ``cross_k[i]`` of the encoder
-    cross_v_<i> [1, n_text_head, positions, d_head]   float32 ``cross_v[i]`` of the encoder
-    -> logits   [1, n_vocab]                          float32
-       new_k    [n_text_layer, 1, n_text_head, d_head] float32 this step's keys
-       new_v    [n_text_layer, 1, n_text_head, d_head] float32 this step's values
+    tokens      [beams, 1]                                int64   each sequence's token at ``offset``
+    offset      [1]                                       int64   their position, 0..447
+    self_k_<i>  [beams, n_text_head, d_head, 448]         float32 past keys of layer i (transposed)
+    self_v_<i>  [beams, n_text_head, 448, d_head]         float32 past values of layer i
+    cross_k_<i> [1, n_text_head, d_head, positions]       float32 ``cross_k[i]`` of the encoder (every
+    cross_v_<i> [1, n_text_head, positions, d_head]       float32 ``cross_v[i]``  sequence reads the same audio)
+    -> logits   [beams, n_vocab]                          float32
+       new_k    [n_text_layer, beams, n_text_head, d_head] float32 this step's keys
+       new_v    [n_text_layer, beams, n_text_head, d_head] float32 this step's values
+
+``beams`` is 1 for greedy decoding and the beam width for beam search (every hypothesis of a beam
+has the same length, so one ``offset`` serves all): two bound shapes, like the window buckets. One
+graph for both, so its weights are loaded once; a beam step reads them once for all hypotheses.
 
 The caches are read-only inputs: positions ``>= offset`` are masked out and the
 current token attends to itself through ``new_k``/``new_v`` directly, so the graph
@@ -45,6 +49,7 @@ from edge_rt.build.export.graph import GraphBuilder
 from edge_rt.units import MAX_TEXT_CTX
 
 MASKED = -1e9  # additive attention mask for cache slots not yet written (exp() underflows to 0)
+BEAMS = "beams"  # the decoder's batch dimension: 1 (greedy) or the beam width
 
 
 @dataclass(frozen=True)
@@ -175,22 +180,22 @@ def _decoder_self_attention(g: GraphBuilder, m: Ct2Model, h: str, i: int, mask: 
     dh = d // H
     qkv = _lin(g, m, h, f"{p}/linear_0", dh**-0.5, d)
     q, k, v = g.op("Split", [qkv, g.const([d, d, d])], f"{p}.split", n_out=3, axis=2)
-    q, k4, v4 = (g.reshape(t, [1, H, 1, dh]) for t in (q, k, v))  # one position: no transpose needed
-    past = g.op("Add", [g.op("MatMul", [q, f"self_k_{i}"]), mask])  # [1, H, 1, 448]
-    now = g.op("ReduceSum", [g.op("Mul", [q, k4]), g.const([-1])], keepdims=1)  # [1, H, 1, 1]
+    q, k4, v4 = (g.reshape(t, [-1, H, 1, dh]) for t in (q, k, v))  # one position: no transpose needed
+    past = g.op("Add", [g.op("MatMul", [q, f"self_k_{i}"]), mask])  # [B, H, 1, 448]
+    now = g.op("ReduceSum", [g.op("Mul", [q, k4]), g.const([-1])], keepdims=1)  # [B, H, 1, 1]
     att = g.op("Softmax", [g.op("Concat", [past, now], axis=-1)], axis=-1)
     a_past, a_now = g.op("Split", [att, g.const([MAX_TEXT_CTX, 1])], f"{p}.att_split", n_out=2, axis=-1)
     o = g.op("Add", [g.op("MatMul", [a_past, f"self_v_{i}"]), g.op("Mul", [a_now, v4])])
-    o = _lin(g, m, g.reshape(o, [1, 1, d]), f"{p}/linear_1")
-    return o, g.reshape(k, [1, 1, H, dh]), g.reshape(v, [1, 1, H, dh])
+    o = _lin(g, m, g.reshape(o, [-1, 1, d]), f"{p}/linear_1")
+    return o, g.reshape(k, [1, -1, H, dh]), g.reshape(v, [1, -1, H, dh])
 
 
 def _decoder_cross_attention(g: GraphBuilder, m: Ct2Model, h: str, i: int, H: int, d: int) -> str:
     p = f"decoder/layer_{i}/attention"
     dh = d // H
-    q = g.reshape(_lin(g, m, h, f"{p}/linear_0", dh**-0.5, d), [1, H, 1, dh])
-    att = g.op("Softmax", [g.op("MatMul", [q, f"cross_k_{i}"])], axis=-1)  # [1, H, 1, P]
-    o = g.reshape(g.op("MatMul", [att, f"cross_v_{i}"]), [1, 1, d])
+    q = g.reshape(_lin(g, m, h, f"{p}/linear_0", dh**-0.5, d), [-1, H, 1, dh])
+    att = g.op("Softmax", [g.op("MatMul", [q, f"cross_k_{i}"])], axis=-1)  # [B, H, 1, P]: the audio is shared
+    o = g.reshape(g.op("MatMul", [att, f"cross_v_{i}"]), [-1, 1, d])
     return _lin(g, m, o, f"{p}/linear_2")
 
 
@@ -205,7 +210,7 @@ def decoder_graph(m: Ct2Model, dims: WhisperDims):
     d, L, H, T = dims.n_text_state, dims.n_text_layer, dims.n_text_head, MAX_TEXT_CTX
     dh = d // H
     emb = g.const(m.f32("decoder/embeddings/weight"), "decoder.embeddings")  # [V, d], shared with the output
-    x = g.op("Gather", [emb, "tokens"], "token_embedding")  # [1, 1, d]
+    x = g.op("Gather", [emb, "tokens"], "token_embedding")  # [B, 1, d]
     positions = g.const(m.f32("decoder/position_encodings/encodings"), "decoder.positions")  # [448, d]
     x = g.op("Add", [x, g.op("Gather", [positions, "offset"], axis=0)])
     valid = g.op("Less", [g.const(np.arange(T)), "offset"], "cache_valid")  # [448] bool
@@ -220,22 +225,23 @@ def decoder_graph(m: Ct2Model, dims: WhisperDims):
         x = g.op("Add", [x, _decoder_cross_attention(g, m, _ln(g, m, x, f"{p}/attention"), i, H, d)])
         x = g.op("Add", [x, _ffn(g, m, x, f"{p}/ffn")])
     x = _ln(g, m, x, "decoder")
-    g.op("Gemm", [g.reshape(x, [1, d]), emb], "logits", transB=1)  # tied output projection
+    g.op("Gemm", [g.reshape(x, [-1, d]), emb], "logits", transB=1)  # tied output projection
     g.op("Concat", new_k, "new_k", axis=0)
     g.op("Concat", new_v, "new_v", axis=0)
     f32, i64 = TensorProto.FLOAT, TensorProto.INT64
-    inputs = [helper.make_tensor_value_info("tokens", i64, [1, 1]), helper.make_tensor_value_info("offset", i64, [1])]
+    B = BEAMS
+    inputs = [helper.make_tensor_value_info("tokens", i64, [B, 1]), helper.make_tensor_value_info("offset", i64, [1])]
     for i in range(L):
         inputs += [
-            helper.make_tensor_value_info(f"self_k_{i}", f32, [1, H, dh, T]),
-            helper.make_tensor_value_info(f"self_v_{i}", f32, [1, H, T, dh]),
+            helper.make_tensor_value_info(f"self_k_{i}", f32, [B, H, dh, T]),
+            helper.make_tensor_value_info(f"self_v_{i}", f32, [B, H, T, dh]),
             helper.make_tensor_value_info(f"cross_k_{i}", f32, [1, H, dh, "positions"]),
             helper.make_tensor_value_info(f"cross_v_{i}", f32, [1, H, "positions", dh]),
         ]
     outputs = [
-        helper.make_tensor_value_info("logits", f32, [1, dims.n_vocab]),
-        helper.make_tensor_value_info("new_k", f32, [L, 1, H, dh]),
-        helper.make_tensor_value_info("new_v", f32, [L, 1, H, dh]),
+        helper.make_tensor_value_info("logits", f32, [B, dims.n_vocab]),
+        helper.make_tensor_value_info("new_k", f32, [L, B, H, dh]),
+        helper.make_tensor_value_info("new_v", f32, [L, B, H, dh]),
     ]
-    doc = "Whisper one-step decoder, fixed 448-position cache; see edge_rt/build/export/whisper_graphs.py"
+    doc = "Whisper one-step decoder over `beams` sequences, fixed 448-position cache; see edge_rt/build/export/whisper_graphs.py"
     return g.model(inputs, outputs, doc=doc)

@@ -49,10 +49,13 @@ class WhisperInference:
         encoder, decoder: engines of ``whisper_encoder.onnx`` / ``whisper_decoder.onnx``
             (or ``whisper_decoder_device.onnx``).
         dims: the manifest's ``dims`` (``n_text_layer``, ``n_text_head``, ``n_text_state``, ``n_mels``, ``n_vocab``).
+        beams: the decoder takes several sequences per step (its ``beams`` dimension, packs built since
+            it exists): beam search binds it once more for the whole beam (:class:`~edge_rt.stages.asr.beam.BeamStep`).
     """
 
-    def __init__(self, encoder: Engine, decoder: Engine, dims: Mapping[str, int]):
+    def __init__(self, encoder: Engine, decoder: Engine, dims: Mapping[str, int], beams: bool = False):
         self.encoder, self.decoder = encoder, decoder
+        self.beams = beams
         n_layer, heads = int(dims["n_text_layer"]), int(dims["n_text_head"])
         self.d_head = int(dims["n_text_state"]) // heads
         self.heads = heads
@@ -70,7 +73,9 @@ class WhisperInference:
         if self.device_cache:
             self._k_out, self._v_out = np.zeros_like(self.self_k), np.zeros_like(self.self_v)
         self._buckets: dict[int, tuple[np.ndarray, object, object]] = {}  # frames -> (mel, encoder, decoder)
+        self._cross: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # frames -> the encoder's bound cross K/V
         self._decode = None
+        self.frames = 0  # the window bucket of the last encode (0: none yet)
 
     def mel_buffer(self, frames: int) -> np.ndarray:
         """The bound float32 [1, n_mels, frames] input of a bucket: write the window into it."""
@@ -95,6 +100,7 @@ class WhisperInference:
                 feeds[f"cross_v_{i}"] = cross_v[i]
             dec = self._bind_decoder(feeds)
             self._buckets[frames] = (mel, enc, dec)
+            self._cross[frames] = (cross_k, cross_v)
         return self._buckets[frames]
 
     def _bind_decoder(self, feeds: dict[str, np.ndarray]):
@@ -130,6 +136,11 @@ class WhisperInference:
         else:
             enc.run()
         self._decode = dec
+        self.frames = mel.shape[-1]
+
+    def cross(self, frames: int) -> tuple[np.ndarray, np.ndarray]:
+        """The bound cross-attention K/V of bucket ``frames`` ([L, 1, H, dh, P], [L, 1, H, P, dh])."""
+        return self._cross[frames]
 
     @property
     def new_k(self) -> np.ndarray:

@@ -17,7 +17,7 @@ import numpy as np
 
 from edge_rt.errors import AudioInputError, PackNotBuiltError, UnsupportedLanguageError
 from edge_rt.stages.asr import mel as melmod
-from edge_rt.stages.asr.beam import BeamCache, BeamSearch
+from edge_rt.stages.asr.beam import BeamSearch
 from edge_rt.stages.asr.decoding import (
     DecodeStopped,
     DecodingTask,
@@ -142,7 +142,7 @@ class Asr:
             filters.insert(0, SuppressBlank(np.asarray(tokenizer.blank_tokens(), np.int64)))
         search = None
         if options.beam_size > 1:
-            search = BeamSearch(options.beam_size, BeamCache.shared(inference, options.beam_size, options.max_new_tokens))
+            search = BeamSearch.of(inference, options.beam_size, options.max_new_tokens)
         self._task = DecodingTask(inference, vocab, tuple(filters), options.max_new_tokens, search)
         stride_s = options.bucket_s or self.buckets_s[-1]
         self._stride = bucket_frames(stride_s)  # frames per consecutive window
@@ -158,7 +158,9 @@ class Asr:
         config = json.loads(pack.asset("asr", "config").read_text())
         multilingual = bool(entry["multilingual"])
         tokenizer = WhisperTokenizer(pack.asset("asr", "tokenizer"), config.get("lang_ids", []), multilingual)
-        inference = WhisperInference(encoder, decoder, entry["dims"])
+        # Packs built since the decoder took a `beams` dimension say so in its I/O (beam search then batches).
+        beams = entry.get("io", {}).get("decoder", {}).get("inputs", {}).get("tokens", [1])[0] == "beams"
+        inference = WhisperInference(encoder, decoder, entry["dims"], beams=beams)
         return cls(inference, tokenizer, entry["buckets_s"], options)
 
     def with_options(self, options: AsrOptions) -> "Asr":

@@ -265,14 +265,18 @@ def test_pack_graphs_are_static_but_for_the_window(pack_name, request):
         "cross_k": [L, 1, H, dh, "positions"],
         "cross_v": [L, 1, H, "positions", dh],
     }
-    dec = _shapes(pack.model("asr", "decoder"))
-    assert dec["tokens"] == [1, 1] and dec["offset"] == [1] and dec["logits"] == [1, dims["n_vocab"]]
-    assert dec["new_k"] == dec["new_v"] == [L, 1, H, dh]
+    dec = _shapes(pack.model("asr", "decoder"))  # "beams": 1 greedy, the beam width for beam search
+    assert dec["tokens"] == ["beams", 1] and dec["offset"] == [1] and dec["logits"] == ["beams", dims["n_vocab"]]
+    assert dec["new_k"] == dec["new_v"] == [L, "beams", H, dh]
     for i in range(L):
-        assert dec[f"self_k_{i}"] == [1, H, dh, MAX_TEXT_CTX] and dec[f"self_v_{i}"] == [1, H, MAX_TEXT_CTX, dh]
+        assert dec[f"self_k_{i}"] == ["beams", H, dh, MAX_TEXT_CTX]
+        assert dec[f"self_v_{i}"] == ["beams", H, MAX_TEXT_CTX, dh]
         assert dec[f"cross_k_{i}"] == [1, H, dh, "positions"] and dec[f"cross_v_{i}"] == [1, H, "positions", dh]
     symbolic = {d for shape in dec.values() for d in shape if isinstance(d, str)}
-    assert symbolic == {"positions"}
+    assert symbolic == {"positions", "beams"}
+    assert entry["io"]["decoder"]["inputs"]["tokens"] == ["beams", 1]  # what the runtime reads (stages/asr/whisper.py)
+    device = _shapes(pack.model("asr", "decoder_device"))  # one sequence: beam search runs on the host
+    assert device["tokens"] == [1, 1] and device["self_k_out_0"] == [1, H, dh, MAX_TEXT_CTX]
     assert entry["buckets_s"] == [5, 10, 15, 20, 30]
     assert entry["multilingual"] is (pack_name == "default")
 

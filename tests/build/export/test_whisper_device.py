@@ -18,7 +18,8 @@ from edge_rt.units import MAX_TEXT_CTX, bucket_frames
 from tests.build.export.test_whisper import DEC_LAYERS, HEADS, _tiny_whisper, write_ct2
 
 STEPS = 10
-LOGITS_ATOL = 1e-5
+RTOL = 1e-5  # float32 rounding between the two graphs' kernels
+LOGITS_ATOL = 1e-4
 
 
 def _session(model) -> ort.InferenceSession:
@@ -61,11 +62,13 @@ def compare_step_by_step(original, device, cross_k: np.ndarray, cross_v: np.ndar
         logits, new_k, new_v = original.run(["logits", "new_k", "new_v"], host_feeds)
         host_k[..., offset], host_v[..., offset, :] = new_k, new_v
         outs = dict(zip(names, device.run(names, dev_feeds)))
-        np.testing.assert_allclose(outs["logits"], logits, rtol=0, atol=LOGITS_ATOL, err_msg=f"logits, step {offset}")
+        np.testing.assert_allclose(outs["logits"], logits, rtol=RTOL, atol=LOGITS_ATOL, err_msg=f"logits, step {offset}")
         for i in range(L):
             dev_k[i], dev_v[i] = outs[f"self_k_out_{i}"], outs[f"self_v_out_{i}"]
-        np.testing.assert_array_equal(dev_k, host_k, err_msg=f"self_k after step {offset}")
-        np.testing.assert_array_equal(dev_v, host_v, err_msg=f"self_v after step {offset}")
+        # Not bit for bit: the original takes a `beams` batch and the variant one sequence, and ONNX Runtime
+        # picks kernels by shape; a wrong slot, or a stale one read (+-1e3), is off by far more than rounding.
+        np.testing.assert_allclose(dev_k, host_k, rtol=RTOL, atol=1e-5, err_msg=f"self_k after step {offset}")
+        np.testing.assert_allclose(dev_v, host_v, rtol=RTOL, atol=1e-5, err_msg=f"self_v after step {offset}")
         tokens.append(int(logits[0].argmax()))
     return tokens
 

@@ -1,5 +1,6 @@
 """Beam search over the one-step decoder: its cache bookkeeping against a fresh decode of the chosen
-tokens, its output against faster-whisper's beam search, and its guards."""
+tokens, the batched search (one decoder run per step) against one run per hypothesis, its output
+against faster-whisper's beam search, and its guards."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from edge_rt.backends.factory import OrtEngines
 from edge_rt.backends.ort import OrtEngine, SessionOptions
 from edge_rt.measure.scoring import normalize
 from edge_rt.build.export.whisper_device import export_device_decoder
-from edge_rt.stages.asr.beam import BeamCache, BeamSearch, BeamUnsupportedError
+from edge_rt.stages.asr.beam import BeamCache, BeamSearch, BeamStep, BeamUnsupportedError
 from edge_rt.stages.asr.decoding import WhisperInference, log_softmax
 from edge_rt.stages.asr.mel import log_mel, window
 from edge_rt.stages.asr.whisper import Asr, AsrOptions
@@ -68,19 +69,50 @@ def test_beam_hypothesis_scores_equal_a_fresh_decode_of_its_tokens(beam_asr, aud
         assert forced == pytest.approx(r.avg_logprob * (len(r.tokens) + 1), abs=2e-3), clip_id
 
 
+def _one_run_per_hypothesis(asr: Asr, size: int) -> Asr:
+    """``asr`` with the search that runs the decoder once per hypothesis (as for a pack without ``beams``)."""
+    other = asr.with_options(asr.options)
+    other._task = dataclasses.replace(other._task, search=BeamSearch(size, BeamCache(other._inference, size, 224)))
+    return other
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_the_batched_beam_chooses_as_one_run_per_hypothesis(default_pack, audio, precision):
+    """One decoder run for the whole beam (BeamStep: a cache row per hypothesis, rows reordered after each
+    step) makes the choices of one run per hypothesis: the same tokens, the same scores but for rounding
+    (FP32); in INT8 the activations of the beam are quantized together (one scale per run), so the scores
+    differ a little more and the text stays the same."""
+    batched = Asr.from_pack(default_pack, AsrOptions(beam_size=5, precision=precision), engines=OrtEngines(default_pack))
+    assert batched._inference.beams and batched._task.search.cache is None
+    single = _one_run_per_hypothesis(batched, 5)
+    for clip_id in CLIPS:
+        lang, samples = audio[clip_id]
+        a, b = batched.transcribe(samples, language=lang), single.transcribe(samples, language=lang)
+        if precision == "fp32":
+            assert a.tokens == b.tokens, clip_id
+            assert a.avg_logprob == pytest.approx(b.avg_logprob, abs=1e-4), clip_id
+        else:
+            assert normalize(a.text, lang) == normalize(b.text, lang), clip_id
+            assert a.avg_logprob == pytest.approx(b.avg_logprob, abs=2e-2), clip_id
+    assert BeamStep.shared(batched._inference, 5) is BeamStep.shared(batched._inference, 5)  # one cache per width
+
+
 @pytest.mark.slow
 def test_a_beam_of_one_decodes_as_greedy(default_pack, audio):
     """The beam's bookkeeping (proposals, finishing, loop cuts, end marks) reduces to argmax at size 1."""
     greedy = Asr.from_pack(default_pack, engines=OrtEngines(default_pack))
     assert greedy._task.search is None
-    one = greedy.with_options(AsrOptions())
-    one._task = dataclasses.replace(one._task, search=BeamSearch(1, BeamCache(one._inference, 1, 224)))
+    one = _one_run_per_hypothesis(greedy, 1)
+    batched = greedy.with_options(AsrOptions())
+    batched._task = dataclasses.replace(batched._task, search=BeamSearch(1, None))
     for clip_id in CLIPS:
         lang, samples = audio[clip_id]
-        a, b = greedy.transcribe(samples, language=lang), one.transcribe(samples, language=lang)
-        assert b.tokens == a.tokens and b.text == a.text, clip_id
-        assert b.avg_logprob == pytest.approx(a.avg_logprob, abs=1e-5)
-        assert b.end_mark_prob == pytest.approx(a.end_mark_prob, abs=1e-5, nan_ok=True)
+        a = greedy.transcribe(samples, language=lang)
+        for b in (one.transcribe(samples, language=lang), batched.transcribe(samples, language=lang)):
+            assert b.tokens == a.tokens and b.text == a.text, clip_id
+            assert b.avg_logprob == pytest.approx(a.avg_logprob, abs=1e-5)
+            assert b.end_mark_prob == pytest.approx(a.end_mark_prob, abs=1e-5, nan_ok=True)
 
 
 @pytest.mark.slow
@@ -121,3 +153,5 @@ def test_beam_search_on_the_device_cache_decoder_says_what_to_do(tiny_pack, tmp_
     inference = WhisperInference(OrtEngine(tiny_pack.model("asr", "encoder"), opts), decoder, entry["dims"])
     with pytest.raises(BeamUnsupportedError, match=r"use --beam 1 \(AsrOptions.beam_size=1\)"):
         BeamCache(inference, 5, 16)
+    with pytest.raises(BeamUnsupportedError, match=r"use --beam 1"):
+        BeamSearch.of(inference, 5, 16)  # the device variant takes one sequence: no batched beam either

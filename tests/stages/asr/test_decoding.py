@@ -52,13 +52,16 @@ def test_device_cache_decoder_gives_the_host_cache_logits(tiny_pack, speech_dir,
     for offset in range(STEPS):
         want = host.step(token, offset).copy()
         got = device.step(token, offset)
-        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5, err_msg=f"step {offset}")
+        # rtol 1e-5: float32 rounding; the host graph takes a `beams` batch, the device one is pinned to one
+        # sequence, and ONNX Runtime picks kernels by shape (1.05e-5 at logits of ~9 after that change).
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4, err_msg=f"step {offset}")
         token = int(want.argmax())
         picked.append(token)
     assert len(set(picked)) > 3
-    # On ONNX Runtime the carried caches are host arrays: the written slots equal the host writes.
-    np.testing.assert_array_equal(device.self_k[..., :STEPS], host.self_k[..., :STEPS])
-    np.testing.assert_array_equal(device.self_v[..., :STEPS, :], host.self_v[..., :STEPS, :])
+    # On ONNX Runtime the carried caches are host arrays: the written slots equal the host writes (to float32
+    # rounding: the two graphs' kernels differ, see above).
+    np.testing.assert_allclose(device.self_k[..., :STEPS], host.self_k[..., :STEPS], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(device.self_v[..., :STEPS, :], host.self_v[..., :STEPS, :], rtol=1e-5, atol=1e-5)
     (outputs, kw), = recorded.binds
     n = entry["dims"]["n_text_layer"]
     assert outputs == {"logits"} | {f"self_{c}_out_{i}" for i in range(n) for c in "kv"}
