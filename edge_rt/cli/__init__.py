@@ -86,9 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--from", dest="source", default=None,
                    help="source language, or several (en,de): detect among them only (default: detect any)")
     t.add_argument("-o", "--output", default=None, help="output WAV (default: <input>.<to>.wav)")
-    t.add_argument("--beam", type=beam_size, default=1, metavar="N",
-                   help="beam search of N hypotheses for the text that is translated (default 1, greedy; 5 as "
-                        "faster-whisper: fewer word errors in noise, ~3x the decode time)")
+    t.add_argument("--beam", type=beam_size, default=5, metavar="N",
+                   help="beam search of N hypotheses for the text that is translated (default 5, as faster-whisper: "
+                        "a file has no turn to wait for; English WER 6.98 -> 5.12 %% on the 12 English clips for "
+                        "~1.5x the decode time; 1 = greedy, what `run` does by default)")
     t.add_argument("--json", action="store_true", help="print utterances and output path as JSON")
     _add_turn_arg(t)
     _add_pack_args(t)
@@ -111,8 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="someone talks over the translation: duck it, pause it until they stop, stop it, or continue "
                         "(default: pause with --loudspeaker, continue without)")
     r.add_argument("--beam", type=beam_size, default=1, metavar="N",
-                   help="beam search of N hypotheses for the text that is translated (default 1, greedy): fewer "
-                        "word errors in noise, ~2.8x the decode time on a CPU (README, Noise)")
+                   help="beam search of N hypotheses for the text that is translated (default 1, greedy): live "
+                        "English WER 6.98 -> 5.58 %% with 5, turn latency x1.22 and +57 MB on a 2-core CPU (README)")
     r.add_argument("--trace", default=None, help="append one JSON line per utterance to this file")
     r.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus /metrics on this port (0: off)")
     r.add_argument("--metrics-bind", default="127.0.0.1", help="address for /metrics (default 127.0.0.1)")

@@ -45,6 +45,7 @@ def _cmd_translate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"utterances": [u.as_dict() for u in utts], "output": str(out),
                           "sample_rate": rate, "load_s": round(load_s, 3), "run_s": round(run_s, 3),
+                          "beam_size": args.beam,
                           "backend": {"name": pipe.backend.name, "reason": pipe.backend.reason}},
                          ensure_ascii=False, indent=2))
     else:

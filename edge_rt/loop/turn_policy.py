@@ -111,7 +111,7 @@ class TurnOptions:
     # declared end and the speculation's end: on the tuning half 64 -> 256 ms cuts 20 -> 13 of 83 natural
     # pauses at a ready wait p50 445 -> 445 ms, mean 602 -> 607 ms (320: no fewer cuts, +6 ms); on the held-out
     # half 20 -> 10 of 77, ready mean 620 -> 622 ms. Live, the two interleaved clip by clip on all 33 clips
-    # (tools/turn_end_ab.py): talk-over 48.5 -> 36.4 %, turn latency P50 1044 -> 593 ms (fewer clips queued
+    # (tools/loop_ab.py): talk-over 48.5 -> 36.4 %, turn latency P50 1044 -> 593 ms (fewer clips queued
     # behind their own fragments), per-clip median ratio x1.00. On a device whose speculation is shorter
     # (a GPU) this waits for nothing: lower it there (`--complete-after-ms`, `[loop] complete_after_ms`).
     complete_after_ms: int = 256

@@ -337,7 +337,8 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
         longest = sorted(clips, key=lambda c: -sf.info(str(c["path"])).duration)[: options.memory_long]
         chosen = list(dict.fromkeys([c["path"] for c in clips[: options.memory_clips]] + [c["path"] for c in longest]))
         memory = measure_memory(pack.dir, chosen,
-                                precision=options.precision, threads=options.threads, target="pt").as_dict()
+                                precision=options.precision, threads=options.threads, target="pt",
+                                beam_size=options.beam_size).as_dict()
     speed = None
     if options.speed_repeats:
         from edge_rt.measure.perf_check import measure_speed

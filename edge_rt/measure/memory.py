@@ -68,13 +68,14 @@ class MemoryReport:
     rss_warm_mb: float | None  # after the warm-up pass
     peak_after_warmup_mb: float | None  # VmHWM during the second pass (reset after the warm-up)
     rss_end_mb: float | None
+    beam_size: int = 1  # the loop's beam search (1: greedy)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
 def measure_memory(pack: str | Path, clips: Sequence[str | Path], *, precision: str = "int8", threads: int = 2,
-                   target: str = "pt", timeout_s: float = 900.0) -> MemoryReport:
+                   target: str = "pt", beam_size: int = 1, timeout_s: float = 900.0) -> MemoryReport:
     """Load ``pack`` on the CPU in a new process, translate ``clips`` into ``target`` twice, return its figures.
 
     Args:
@@ -82,6 +83,7 @@ def measure_memory(pack: str | Path, clips: Sequence[str | Path], *, precision: 
         clips: audio files (any rate; read with :func:`edge_rt.audio.files.read_audio`), at least one.
         precision, threads: as ``edge-rt run --precision --threads``.
         target: the language spoken (``--to``).
+        beam_size: the loop's beam search for the text it translates (``--beam``; its cache is part of the peak).
 
     Raises:
         ValueError: no clips.
@@ -90,7 +92,7 @@ def measure_memory(pack: str | Path, clips: Sequence[str | Path], *, precision: 
     if not clips:
         raise ValueError("measure_memory needs at least one clip to warm up and measure the loop on")
     cmd = [sys.executable, "-m", "edge_rt.measure.memory", "--pack", str(pack), "--precision", precision,
-           "--threads", str(threads), "--to", target, *(str(c) for c in clips)]
+           "--threads", str(threads), "--to", target, "--beam", str(beam_size), *(str(c) for c in clips)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
         raise RuntimeError(f"the memory measurement process failed (exit {proc.returncode}): "
@@ -150,7 +152,7 @@ def _child(args: argparse.Namespace) -> dict:
         age = None
     loaded = _status()
     audio = [read_audio(c) for c in args.clips]
-    opts = TranslateOptions(target=args.to)
+    opts = TranslateOptions(target=args.to, beam_size=args.beam)
     t3 = time.perf_counter()
     for a in audio:
         translate_audio(pipe.stages, a, opts)
@@ -166,7 +168,8 @@ def _child(args: argparse.Namespace) -> dict:
                 clips=len(audio), cold_start_s=None if age is None else round(age, 3),
                 import_s=round(t1 - t0, 3), load_s=round(t2 - t1, 3), warmup_s=round(t4 - t3, 3),
                 rss_base_mb=base.get("VmRSS"), rss_loaded_mb=loaded.get("VmRSS"), load_peak_mb=loaded.get("VmHWM"),
-                rss_warm_mb=warm.get("VmRSS"), peak_after_warmup_mb=peak, rss_end_mb=end.get("VmRSS"))
+                rss_warm_mb=warm.get("VmRSS"), peak_after_warmup_mb=peak, rss_end_mb=end.get("VmRSS"),
+                beam_size=args.beam)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -176,6 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--precision", choices=("fp32", "int8"), default="int8")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--to", default="pt")
+    p.add_argument("--beam", type=int, default=1, help="beam search of N hypotheses (default 1, greedy)")
     p.add_argument("clips", nargs="+")
     print(json.dumps(_child(p.parse_args(argv))))
     return 0

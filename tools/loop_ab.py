@@ -1,15 +1,16 @@
 #!/usr/bin/env python
-"""Two turn policies live, in one run, clip by clip: turn latency, talk-over and the live captions' WER.
+"""Two settings of the live loop, in one run, clip by clip: turn latency, talk-over and the live captions' WER.
 
 Replays every clip of the speech set, and its paused version (``edge-rt bench --paused``: a 600 ms pause
-inserted at a word boundary), live as `edge-rt bench` does, once with each setting of
-``TurnOptions.complete_after_ms`` (the pause at which a sentence judged complete ends), the order
-alternating from clip to clip. Prints per clip and setting the turn latency, whether a translation
-started before the speaker's final end (talk-over), then for each setting and set: turn latency P50/P95,
-the talk-over rate, the English WER of the live captions, and the paired latency ratio. Needs an idle
-machine (~25 min for the 33 clips and their paused versions with two settings).
+inserted at a word boundary), live as `edge-rt bench` does, once with each of two values of one knob, the
+order alternating from clip to clip: ``complete_after_ms`` (TurnOptions: the pause at which a sentence
+judged complete ends) or ``beam_size`` (LoopOptions: beam search for the text that is translated).
+Prints per clip and setting the turn latency, whether a translation started before the speaker's final
+end (talk-over), then for each setting and set: turn latency P50/P95, the talk-over rate, the English
+WER of the live captions, and the paired latency ratio. Needs an idle machine (~25 min for the 33 clips
+and their paused versions with two settings).
 
-    python tools/turn_end_ab.py [--after 64 256] [--limit N] [--no-paused]
+    python tools/loop_ab.py [--vary complete_after_ms=64,256 | --vary beam_size=1,5] [--limit N] [--no-paused]
 """
 
 from __future__ import annotations
@@ -30,19 +31,29 @@ from edge_rt.measure.paused import PauseOptions, paused_clip  # noqa: E402
 from edge_rt.measure.turn_taking import live_error_rates, turn_taking  # noqa: E402
 
 
+# knob -> LoopOptions fields for one value of it
+KNOBS = {
+    "complete_after_ms": lambda v: {"turn": dataclasses.replace(TurnOptions(), complete_after_ms=v)},
+    "beam_size": lambda v: {"beam_size": v},
+}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pack", default="default")
-    ap.add_argument("--after", type=int, nargs=2, default=(64, 256), metavar=("A", "B"),
-                    help="the two complete_after_ms settings (ms)")
+    ap.add_argument("--vary", default="complete_after_ms=64,256", metavar="KEY=A,B",
+                    help="the knob and its two values: complete_after_ms=64,256 or beam_size=1,5")
     ap.add_argument("--limit", type=int, default=None, help="at most this many clips")
     ap.add_argument("--no-paused", action="store_true", help="only the clips as recorded")
     args = ap.parse_args(argv)
     options = bench.BenchOptions(pack=args.pack, baseline=False, backend="cpu")
     _, stages = bench.load_bench_stages(options)
     clips = bench.load_clips(options)[: args.limit]
-    names = [f"after={a}" for a in args.after]
-    turn = {n: dataclasses.replace(TurnOptions(), complete_after_ms=a) for n, a in zip(names, args.after)}
+    key, _, values = args.vary.partition("=")
+    if key not in KNOBS or len(values.split(",")) != 2:
+        ap.error(f"--vary takes KEY=A,B with KEY one of {', '.join(KNOBS)}, got {args.vary!r}")
+    names = [f"{key}={v}" for v in values.split(",")]
+    setting = {n: KNOBS[key](int(v)) for n, v in zip(names, values.split(","))}
     rows: dict[str, list] = {"real": [], "paused": []}
     k = 0
     for clip in clips:
@@ -57,7 +68,7 @@ def main(argv=None) -> int:
             order = names if k % 2 == 0 else names[::-1]
             k += 1
             for name in order:
-                loop_opts = dataclasses.replace(options.loop_options(options.target_for(clip["lang"])), turn=turn[name])
+                loop_opts = dataclasses.replace(options.loop_options(options.target_for(clip["lang"])), **setting[name])
                 run = bench.run_clip(stages, a, loop_opts, options.tail_s)
                 t = bench.live_turn(run.traces, run.clock, end)
                 taking = turn_taking(run.traces, run.clock, end, run.last_played_ns, pauses)
@@ -74,8 +85,8 @@ def main(argv=None) -> int:
             over = sum(r[n][1] for _, r in rs)
             wer = live_error_rates((c["lang"], c.get("text", ""), r[n][2]) for c, r in rs if c.get("text"))
             en = wer.get("en", {}).get("value")
-            print(f"  {n}: turn latency P50 {np.percentile(lat, 50):.0f} ms, P95 {np.percentile(lat, 95):.0f} ms "
-                  f"({len(lat)} measured); talk-over {over}/{len(rs)} ({100 * over / len(rs):.1f} %); "
+            pct = (f"P50 {np.percentile(lat, 50):.0f} ms, P95 {np.percentile(lat, 95):.0f} ms" if lat else "-")
+            print(f"  {n}: turn latency {pct} ({len(lat)} measured); talk-over {over}/{len(rs)} ({100 * over / len(rs):.1f} %); "
                   f"live English WER {en} %")
         both = [(r[names[1]][0], r[names[0]][0]) for _, r in rs if r[names[0]][0] and r[names[1]][0]]
         if both:
