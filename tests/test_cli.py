@@ -162,8 +162,8 @@ BEAM_CLIPS = ("en_librispeech_1089-134686-0001", "en_fleurs_1846", "en_fleurs_lu
 
 def test_beam_flag_reaches_the_loop_and_is_checked(default_pack, speech_dir, tmp_path):
     """`translate --beam 5` decodes with a beam: on a clip (2 s of silence either side) where the library's
-    translate writes other words with a beam of 5 than greedy, the command writes each one's words, the
-    beam's without the flag; a bad count is refused by the parser, naming the range."""
+    translate writes other words with a beam of 5 than greedy, the command writes each one's words, greedy's
+    without the flag; a bad count is refused by the parser, naming the range."""
     from edge_rt.cli import build_parser
     from edge_rt.pipeline import Pipeline, StageOptions
     from edge_rt.translate import TranslateOptions, translate_audio
@@ -187,10 +187,11 @@ def test_beam_flag_reaches_the_loop_and_is_checked(default_pack, speech_dir, tmp
         assert proc.returncode == 0, proc.stderr
         heard[int(beam)] = " ".join(u["text"] for u in json.loads(proc.stdout)["utterances"]).lower()
     assert heard == want, (cid, heard, want)
-    # A file has no turn to wait for: translate decodes with the beam unless told otherwise (run stays greedy).
+    # Greedy unless asked: the babble gate (LoopOptions.unsure) was tuned on greedy decodes, and a beam's
+    # higher-scoring hypothesis of faint babble passes it (tests/test_robustness_input.py, with --beam 5).
     proc = run_cli("translate", str(clip), "--to", "pt", "-o", str(tmp_path / "b.wav"), "--json")
     out = json.loads(proc.stdout)
-    assert out["beam_size"] == 5 and " ".join(u["text"] for u in out["utterances"]).lower() == want[5]
+    assert out["beam_size"] == 1 and " ".join(u["text"] for u in out["utterances"]).lower() == want[1]
     assert build_parser().parse_args(["run", "--to", "pt"]).beam == 1
     for command in (["translate", str(clip), "--to", "pt"], ["run", "--to", "pt"], ["bench"], ["eval", "--noise"]):
         bad = run_cli(*command, "--beam", "0")

@@ -44,6 +44,20 @@ def test_a_fragment_after_speech_is_not_babble(stages, speech_dir):
     assert normalize(kept.text) == "ask not" and kept.lang == "en" and kept.translation
 
 
+@pytest.mark.slow
+def test_a_translated_sentence_is_judged_by_its_transcript_at_the_unsure_gate(stages, speech_dir):
+    """fr_fleurs_test_003 into English: Whisper's translation scores -1.2 (the whole clip) where its French
+    transcript scores -0.7, and the gate's log-probability limit was tuned on transcripts; live the clip was
+    dropped as babble (P(no speech) 0.15, translation -1.27). With a stricter P(no speech) limit, so that the
+    gate is reached on any build, the sentence is still translated; English babble is judged as before."""
+    options = LoopOptions(target="en", unsure=(0.05, -1.0))
+    audio = level(read_audio(speech_dir / "fr_fleurs_test_003.wav"), options)
+    translated = stages.asr.transcribe(audio, task="translate")
+    assert translated.language == "fr" and translated.no_speech_prob > 0.05 and translated.avg_logprob < -1.0
+    heard = recognize(stages, options, audio, len(audio), CaptureClock())
+    assert heard.lang == "fr" and "tiger" in heard.translation.lower(), heard
+
+
 def test_a_noisy_fragment_is_heard_in_the_languages_the_device_expects(stages):
     """en_fleurs_1675 in brown noise at 10 dB (the noisy eval's mix): its last fragment, "even in the
     middle of a sentence", decoded on its own is detected as Arabic; with LoopOptions.languages it is
