@@ -197,3 +197,20 @@ def test_beam_flag_reaches_the_loop_and_is_checked(default_pack, speech_dir, tmp
         bad = run_cli(*command, "--beam", "0")
         assert bad.returncode == 2 and "--beam takes 1 (greedy) to 16" in bad.stderr, bad.stderr
         _no_traceback(bad)
+
+
+def test_complete_after_ms_reaches_the_turn_policy_and_is_checked():
+    """--complete-after-ms sets TurnOptions.complete_after_ms; --loudspeaker keeps 64 unless it is given; a value
+    the policy refuses is a named error (exit 2), not a traceback."""
+    from edge_rt.cli import build_parser
+    from edge_rt.cli.common import _turn_options
+    from edge_rt.loop.turn_policy import LOUDSPEAKER_COMPLETE_AFTER_MS, TurnOptions
+
+    parse = build_parser().parse_args
+    assert _turn_options(parse(["run", "--to", "pt"])) == TurnOptions()
+    assert _turn_options(parse(["run", "--to", "pt", "--loudspeaker"])).complete_after_ms == LOUDSPEAKER_COMPLETE_AFTER_MS
+    assert _turn_options(parse(["run", "--to", "pt", "--loudspeaker", "--complete-after-ms", "200"])).complete_after_ms == 200
+    assert _turn_options(parse(["translate", "x.wav", "--to", "pt", "--complete-after-ms", "96"])).complete_after_ms == 96
+    bad = run_cli("translate", "x.wav", "--to", "pt", "--complete-after-ms", "5000")
+    assert bad.returncode == 2 and "--complete-after-ms 5000" in bad.stderr, bad.stderr
+    _no_traceback(bad)

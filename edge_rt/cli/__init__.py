@@ -30,7 +30,8 @@ def _add_turn_arg(p: argparse.ArgumentParser) -> None:
     """--complete-after-ms: when a sentence the turn policy judges complete ends (TurnOptions.complete_after_ms)."""
     p.add_argument("--complete-after-ms", type=int, default=None, metavar="MS",
                    help="pause that ends a sentence judged complete (default 256: about the time the decode at a "
-                        "pause takes on a 2-core CPU; lower it where that is shorter, e.g. on a GPU)")
+                        "pause takes on a 2-core CPU; lower it where that is shorter, e.g. on a GPU; 64 with "
+                        "--loudspeaker, see README)")
 
 
 def _add_ops_commands(sub) -> None:

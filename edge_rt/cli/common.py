@@ -13,13 +13,17 @@ def _stage_options(args: argparse.Namespace):
 
 
 def _turn_options(args: argparse.Namespace):
-    """TurnOptions with ``--complete-after-ms`` when given (else the policy's defaults)."""
-    from edge_rt.loop.turn_policy import TurnOptions
+    """TurnOptions with ``--complete-after-ms`` when given (else the policy's defaults; with ``--loudspeaker``,
+    LOUDSPEAKER_COMPLETE_AFTER_MS: see its comment)."""
+    from edge_rt.loop.turn_policy import LOUDSPEAKER_COMPLETE_AFTER_MS, TurnOptions
 
-    if args.complete_after_ms is None:
+    after = args.complete_after_ms
+    if after is None and getattr(args, "loudspeaker", False):
+        after = LOUDSPEAKER_COMPLETE_AFTER_MS
+    if after is None:
         return TurnOptions()
     try:
-        return TurnOptions(complete_after_ms=args.complete_after_ms)
+        return TurnOptions(complete_after_ms=after)
     except ValueError as e:
         from edge_rt.errors import EdgeRtError
 

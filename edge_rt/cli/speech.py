@@ -28,6 +28,7 @@ def _cmd_translate(args: argparse.Namespace) -> int:
     from edge_rt.translate import TranslateOptions, translate_audio
 
     console = Console(stderr=True)
+    turn = _turn_options(args)  # a bad option first, then a bad file, both before loading any model
     audio = read_audio(args.input)  # fail on a bad file before loading any model
     out = Path(args.output) if args.output else Path(args.input).with_name(f"{Path(args.input).stem}.{args.to}.wav")
     t0 = time.perf_counter()
@@ -39,7 +40,7 @@ def _cmd_translate(args: argparse.Namespace) -> int:
     spoken, languages = _sources(args.source)
     utts, track, rate = translate_audio(stages, audio, TranslateOptions(target=args.to, source=spoken,
                                                                         languages=languages, beam_size=args.beam,
-                                                                        turn=_turn_options(args)))
+                                                                        turn=turn))
     write_audio(out, track, rate)
     run_s = time.perf_counter() - t1
     if args.json:
