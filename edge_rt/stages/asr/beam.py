@@ -108,7 +108,7 @@ class BeamStep:
         self.self_v = np.zeros((L, size, H, T, dh), np.float32)
         self._tokens = np.zeros((size, 1), np.int64)
         self._offset = np.zeros((1,), np.int64)
-        self._logits = np.zeros((size, inference._logits.shape[-1]), np.float32)
+        self._logits = np.zeros((size, inference.n_vocab), np.float32)
         self._new_k = np.zeros((L, size, H, dh), np.float32)
         self._new_v = np.zeros_like(self._new_k)
         self._bound: dict[int, object] = {}  # frames -> the decoder bound for this beam

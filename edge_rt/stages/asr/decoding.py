@@ -65,7 +65,8 @@ class WhisperInference:
         self.self_v = np.zeros((n_layer, 1, heads, MAX_TEXT_CTX, self.d_head), np.float32)
         self._token = np.zeros((1, 1), np.int64)
         self._offset = np.zeros((1,), np.int64)
-        self._logits = np.zeros((1, int(dims["n_vocab"])), np.float32)
+        self.n_vocab = int(dims["n_vocab"])
+        self._logits = np.zeros((1, self.n_vocab), np.float32)
         self._new_k = np.zeros((n_layer, 1, heads, self.d_head), np.float32)
         self._new_v = np.zeros((n_layer, 1, heads, self.d_head), np.float32)
         # The device contract: the graph returns the updated caches (allocated only then).
