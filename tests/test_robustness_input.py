@@ -137,6 +137,13 @@ def test_non_speech_gives_no_text(default, speech_dir, kind):
     assert not [(t.lang, t.text) for t in traces if t.text and not t.dropped]
 
 
+def test_babble_gives_no_text_after_a_beam_decode_either(default, speech_dir):
+    """A beam's best hypothesis scores higher than greedy's, over the unsure gate's limit (tuned on greedy
+    decodes): the gate judges a greedy transcript of the utterance after a beam decode."""
+    traces = _run(default, _non_speech("babble", speech_dir), target="en", source=None, beam_size=5)
+    assert not [(t.lang, t.text) for t in traces if t.text and not t.dropped]
+
+
 def test_babble_through_edge_rt_translate_gives_no_utterance(tmp_path, speech_dir):
     path = tmp_path / "babble.wav"
     sf.write(path, _non_speech("babble", speech_dir), SR, subtype="PCM_16")

@@ -35,7 +35,7 @@ from edge_rt.loop.loop import LoopOptions
 from edge_rt.measure.noise import make_noise, mix_at_snr
 from edge_rt.measure.noise_eval import run_loop
 from edge_rt.pack import BuiltPack
-from edge_rt.pipeline import load_stages
+from edge_rt.pipeline import StageOptions, load_stages
 from edge_rt.units import SAMPLE_RATE as SR
 
 ITEM_S = 8.0
@@ -77,13 +77,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--items", type=int, default=16, help="pairs of (babble alone, speech in noise)")
     p.add_argument("--mixed", action="store_true", help="Portuguese talkers in the babble too; SNR 0/5 dB")
     p.add_argument("--pack", default="default")
+    p.add_argument("--precision", choices=("int8", "fp32"), default="int8",
+                   help="the engines decoded with (default int8, what the loop runs; this tool used FP32 until "
+                        "2026-12-03)")
     p.add_argument("--no-speech", type=float, default=LoopOptions(target="en").unsure[0], help="the gate's P(no speech) value")
     args = p.parse_args(argv)
 
     pack = BuiltPack.load(args.pack)
     rng = np.random.default_rng(11 if args.mixed else 7)
     talkers = _Talkers(pack, rng)
-    stages = load_stages(pack)
+    stages = load_stages(pack, StageOptions(precision=args.precision))
     options = LoopOptions(target="en", source=None, partials=False, unsure=None)  # edge-rt translate's, gate off
     results: list[dict] = []
 

@@ -48,7 +48,9 @@ CPU_ONLY = {
 # Two measured candidates not taken (default pack, INT8, x86, 2 threads, interleaved A/B runs):
 #   "asr/decoder": {"prepack": False}  -101 MB RSS (the Whisper decoder's tied embedding is not packed a second
 #       time for the logits Gemm) and -0.37 s CPU at load, but transcribing en_jfk took +7 % CPU / +13 % wall;
-#       not measured on aarch64.
+#       not measured on aarch64. Measured on the FP32 decoder and the INT8 one that kept the projection float;
+#       since the `dynamic-all` recipe (2026-12-03) the INT8 projection is int8 and the INT8 decoder holds 59 MB
+#       after load (134 MB before), so there is little left to save.
 #   "tts": {"graph_optimization": "basic"}  -0.3 s CPU at load (0.51 vs 0.80 s), synthesis as fast (CPU -6 %),
 #       but samples differ from piper-tts by up to 2.5e-5, over tests/stages/tts/test_voice.py's atol 1e-5.
 ORT_TUNING: dict[str, dict[str, object]] = {"asr/encoder": {"mem_pattern": False}}

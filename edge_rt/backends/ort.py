@@ -20,17 +20,23 @@ class SessionOptions:
     inter_op_threads: int = 1
     graph_optimization: str = "all"  # "basic" | "extended" | "all"
     # MLAS pre-packs constant MatMul/Gemm weights into its own layout (the file's copy is freed unless another
-    # node reads it). Off: -101 MB on the Whisper base decoder, whose tied embedding is both gathered and packed
-    # for the logits Gemm, at +7 % CPU on a transcription here (edge_rt.backends.factory.ORT_TUNING): on.
+    # node reads it). Off: -101 MB on the FP32 Whisper base decoder, whose tied embedding is both gathered and
+    # packed for the logits Gemm, at +7 % CPU on a transcription here (edge_rt.backends.factory.ORT_TUNING): on.
     prepack: bool = True
-    # "session": ONNX Runtime's arena per session, which keeps each session's activation high-water mark;
+    # "shared": one ONNX Runtime arena for every session of the process (an allocator registered with the
+    # environment, `session.use_env_allocators`): the loop runs its engines one after another on one worker
+    # thread, so the encoder's 20/30-s windows and Piper's long sentences reuse the same blocks instead of each
+    # session keeping its own high-water mark. The loop's peak after warm-up, default pack into pt, bench's 7
+    # memory clips, in-process, one run each on an idle machine (2026-12-03): greedy 461 -> 429 MB, beam 5
+    # 573 -> 536 MB (ONNX Runtime's arena extending by powers of two; extending by the request was 473 MB).
+    # "session": an arena per session, which keeps each session's activation high-water mark;
     # "off": malloc/free per tensor. Off left Piper at 189 MB after a run (341 MB with the arena) but its peak
-    # rose to 426 MB (heap fragmentation) and runs were several times slower here: "session".
-    memory_arena: str = "session"
+    # rose to 426 MB (heap fragmentation) and runs were several times slower here.
+    memory_arena: str = "shared"
     mem_pattern: bool = True  # one planned block per input shape; off (with the arena off) raised peaks 20-80 MB
 
 
-_ARENAS = ("session", "off")
+_ARENAS = ("shared", "session", "off")
 _OPT_LEVELS = {"basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
 
 
@@ -63,7 +69,9 @@ class OrtEngine:
         so.log_severity_level = 3
         if options.memory_arena not in _ARENAS:
             raise ValueError(f"SessionOptions.memory_arena must be one of {_ARENAS}, not {options.memory_arena!r}")
-        so.enable_cpu_mem_arena = options.memory_arena == "session"
+        so.enable_cpu_mem_arena = options.memory_arena != "off"
+        if options.memory_arena == "shared" and _register_shared_arena():
+            so.add_session_config_entry("session.use_env_allocators", "1")
         so.enable_mem_pattern = options.mem_pattern
         if not options.prepack:
             so.add_session_config_entry("session.disable_prepacking", "1")
@@ -140,6 +148,23 @@ class OrtEngine:
             _check_buffer(name, arr)
             io.bind_output(name, "cpu", 0, arr.dtype, list(arr.shape), arr.ctypes.data)
         return OrtBoundRun(self._session, io, (inputs, outputs), carried, tuple(outputs))
+
+
+@functools.lru_cache(maxsize=1)
+def _register_shared_arena() -> bool:
+    """Register one CPU arena allocator with ONNX Runtime's environment, once per process (SessionOptions.memory_arena).
+
+    False where it cannot be registered (then each session keeps its own arena, as with "session").
+    """
+    import onnxruntime as ort
+
+    info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+    try:
+        ort.create_and_register_allocator(info, ort.OrtArenaCfg({"max_mem": 0, "arena_extend_strategy": 0}))
+    except Exception as e:  # onnxruntime raises its own types; e.g. one registered already by the host program
+        if "already" not in str(e).lower():
+            return False
+    return True
 
 
 def release_freed_heap() -> None:

@@ -89,9 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("-o", "--output", default=None, help="output WAV (default: <input>.<to>.wav)")
     t.add_argument("--beam", type=beam_size, default=1, metavar="N",
                    help="beam search of N hypotheses for the text that is translated (default 1, greedy; 5 as "
-                        "faster-whisper: English WER 6.98 -> 5.12 %% on the 12 English clips for ~1.5x the decode "
-                        "time, but faint background talk can pass the babble gate, which was tuned on greedy "
-                        "decodes: README, Noise)")
+                        "faster-whisper: English WER 5.58 -> 5.12 %% on the 12 English clips for ~1.6x the decode "
+                        "time: README, Noise)")
     t.add_argument("--json", action="store_true", help="print utterances and output path as JSON")
     _add_turn_arg(t)
     _add_pack_args(t)
@@ -115,8 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: pause with --loudspeaker, continue without)")
     r.add_argument("--beam", type=beam_size, default=1, metavar="N",
                    help="beam search of N hypotheses for the text that is translated (default 1, greedy): live "
-                        "English WER 6.98 -> 5.58 %% with 5, turn latency x1.22 and +57 MB on a 2-core CPU; faint "
-                        "background talk can pass the babble gate (README)")
+                        "English WER 6.51 -> 6.05 %% with 5, turn latency x1.10 and +112 MB on a 2-core CPU "
+                        "(README, Noise)")
     r.add_argument("--trace", default=None, help="append one JSON line per utterance to this file")
     r.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus /metrics on this port (0: off)")
     r.add_argument("--metrics-bind", default="127.0.0.1", help="address for /metrics (default 127.0.0.1)")

@@ -53,6 +53,10 @@ class LoopOptions:
     # invented text from babble alone came out at -1.011 and below (but one fluent sentence at -0.47 that
     # no limit catches), wanted speech at -0.99 and above (but one garbled transcript at -1.49); -1.0
     # decides the rest alike. The old -0.7 (chosen on clean clips) also dropped three wanted sentences.
+    # Those figures were FP32 decodes (the tool loaded FP32 engines until 2026-12-03). With the INT8 engines
+    # the loop runs (the decoder's `dynamic-all` twin): invented at -1.164 and below, one at -0.989 (and the
+    # uncatchable one at -0.448); wanted at -0.939 and above (but a garbled one at -1.364). A limit in
+    # (-0.989, -0.939) would decide all of them alike, but that window is 0.05 wide on 32 items: kept at -1.0.
     unsure: tuple[float, float] | None = (0.15, -1.0)
     # What an utterance carries to the next one within a few seconds: its language, its text (context.py).
     context: ContextOptions = field(default_factory=ContextOptions)
@@ -92,6 +96,9 @@ class LoopOptions:
     # points summed, babble 5 dB 64.7 / 60.5 %; each decoder step runs once per hypothesis (batch-1 graph),
     # so a decode takes ~2.8x as long. Off by default: on this CPU that lands on the turn latency of every
     # utterance the policy ends early (README, Noise); `--beam 5` where words matter more than speed.
+    # Re-measured 2026-12-03 with the batched beam and the decoder's int8 output projection, live and
+    # interleaved on the 33 clips (tools/loop_ab.py --vary beam_size=1,5): English WER 6.51 -> 6.05 % (one
+    # word of 215) for turn latency x1.10 per clip (median) and P95 3657 -> 4762 ms: still 1.
     beam_size: int = 1
 
     def __post_init__(self):
