@@ -255,7 +255,7 @@ graph = helper.make_graph(nodes, "big", [helper.make_tensor_value_info("x", Tens
 model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 model.ir_version = 8
 onnx.save(model, sys.argv[1])
-engines = [OrtEngine(sys.argv[1], SessionOptions(intra_op_threads=1, memory_arena=sys.argv[2])) for _ in range(3)]
+engines = [OrtEngine(sys.argv[1], SessionOptions(intra_op_threads=1, memory_arena=sys.argv[2])) for _ in range(4)]
 before = rss_mb()
 for e in engines:
     assert abs(float(e.run({"x": np.ones((1, 1), np.float32)})["y"]) - 2048 * 4096) < 1
@@ -265,8 +265,8 @@ print(rss_mb() - before)
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmRSS from /proc (Linux)")
 def test_the_shared_arena_serves_every_session_from_one_pool(tmp_path):
-    """Three sessions that each need a 32 MB intermediate, run one after another: with one arena per session
-    the process keeps ~100 MB; with the shared arena the sessions reuse its blocks (66 MB here: the first
+    """Four sessions that each need a 32 MB intermediate, run one after another: with one arena per session
+    the process keeps 136 MB here; with the shared arena the sessions reuse its blocks (66 MB here: the first
     region splits around a small allocation, so a second one is made; SessionOptions.memory_arena)."""
     import subprocess
     import sys
@@ -276,8 +276,8 @@ def test_the_shared_arena_serves_every_session_from_one_pool(tmp_path):
         out = subprocess.run([sys.executable, "-c", _ARENA_PROBE, str(tmp_path / "big.onnx"), arena],
                              capture_output=True, text=True, check=True, timeout=120)
         grown[arena] = float(out.stdout.split()[-1])
-    assert grown["session"] > 80, grown  # the probe does need a block per session when they are apart
-    assert grown["shared"] < 0.75 * grown["session"], grown
+    assert grown["session"] > 110, grown  # the probe does need a block per session when they are apart
+    assert grown["shared"] < 0.6 * grown["session"], grown
 
 
 def test_run_unless_runs_like_run_or_not_at_all(accumulator):
