@@ -197,7 +197,7 @@ class Loop:
         for o in self.observers:
             o.on_hop(first, self._hop[:n])
         p = self.stages.vad(self._hop)
-        if self._current is None and self._frontend is not None and self._frontend.echo:
+        if self._current is None and self._frontend is not None and (self._frontend.echo or self._frontend.held):
             p = 0.0  # our own speech's residual echo: no utterance opens on it (audio/frontend.py, echo gate)
         frame = (first + n) // VAD_FRAME - 1
         for event in self.endpointer.push(frame, p):

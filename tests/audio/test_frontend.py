@@ -93,16 +93,18 @@ def test_options_are_validated():
         FrontEndOptions(echo_gate_db=3.0)
     with pytest.raises(ValueError, match="echo_gate_hold_ms"):
         FrontEndOptions(echo_gate_hold_ms=0)
+    with pytest.raises(ValueError, match="converging_open_hops"):
+        FrontEndOptions(converging_open_hops=-1)
 
 
-def _run_with_sink(near: np.ndarray, sink: RingSink, options: FrontEndOptions = FrontEndOptions()):
+def _run_with_sink(near: np.ndarray, sink: RingSink, options: FrontEndOptions = FrontEndOptions(), held: bool = False):
     """``near`` through a front end whose reference is ``sink``'s tap (16 kHz, played OUT_LATENCY ahead of the
     worker); returns the cleaned audio (still DELAY (+ AEC3_LAG) late) and each hop's echo flag."""
     clock = CaptureClock()
     clock.anchor(0, T0)
     fe = FrontEnd.for_loop(options, clock, sink)
     buf = np.empty(320, np.float32)
-    consumed, out, echo = 0, np.zeros(len(near), np.float32), []
+    consumed, out, echo, holds = 0, np.zeros(len(near), np.float32), [], []
     for first in range(0, len(near) - VAD_FRAME + 1, VAD_FRAME):
         while consumed < first + VAD_FRAME + OUT_LATENCY:
             sink.consume(buf, T0 + consumed * 1_000_000_000 // SAMPLE_RATE)
@@ -111,7 +113,8 @@ def _run_with_sink(near: np.ndarray, sink: RingSink, options: FrontEndOptions = 
         fe.process(first, hop)
         out[first : first + VAD_FRAME] = hop
         echo.append(fe.echo)
-    return out, np.array(echo)
+        holds.append(fe.held)
+    return (out, np.array(echo), np.array(holds)) if held else (out, np.array(echo))
 
 
 def test_echo_cancellation_passes_clean_speech_aec3_lag_later(speech_dir):
@@ -139,7 +142,7 @@ def test_echo_gate_marks_our_residual_echo_and_never_a_talker_after_it(speech_di
     near = np.zeros(p0 + len(person), np.float32)
     near[d : d + len(far16)] += 0.5 * far16
     near[p0:] += person
-    _, echo = _run_with_sink(near, sink)
+    _, echo, held = _run_with_sink(near, sink, held=True)
     hop_far = np.array([_db(far16[i : i + VAD_FRAME]) for i in range(0, len(far16) - VAD_FRAME + 1, VAD_FRAME)])
     # hops where our speech is loud (in the clip's pauses, its -42 dB room noise is cancelled by only ~20
     # dB: not echo to the gate, and far too quiet for the VAD). In its first ~1.3 s AEC3 is still converging
@@ -151,6 +154,28 @@ def test_echo_gate_marks_our_residual_echo_and_never_a_talker_after_it(speech_di
     talker = slice(p0 // VAD_FRAME + 1, len(echo))
     assert (len(far16) + d) // VAD_FRAME + hold < talker.start
     assert not echo[talker].any()
+    assert not held[talker].any()  # nothing plays: the convergence wait never holds the talker back
+
+
+def test_while_aec3_converges_no_utterance_opens_on_its_residual_bursts(speech_dir):
+    """The same echo-only mix: in AEC3's first 1.5 s of our speech its residual comes through in runs of hops
+    the gate cannot call echo (6 at 0.8 s, 3 at 1.18 s); held (FrontEnd.held) until converged, none of them
+    can open an utterance. Without the wait they could (the test is not vacuous)."""
+    far16 = read_audio(speech_dir / "en_jfk.wav")
+    d = int(0.040 * SAMPLE_RATE)
+    near = np.zeros(len(far16) + d + SAMPLE_RATE, np.float32)
+    near[d : d + len(far16)] += 0.5 * far16
+    hop_far = np.array([_db(far16[i : i + VAD_FRAME]) for i in range(0, len(far16) - VAD_FRAME + 1, VAD_FRAME)])
+    early = np.flatnonzero(hop_far > -30)
+    early = early[early * VAD_FRAME < 3 * SAMPLE_RATE // 2]  # the converging window
+    opened = {}
+    for hops in (FrontEndOptions().converging_open_hops, 0):
+        sink = RingSink(SAMPLE_RATE, capacity=1 << 20)
+        assert sink.write(far16.astype(np.float32)) == len(far16)
+        _, echo, held = _run_with_sink(near, sink, FrontEndOptions(converging_open_hops=hops), held=True)
+        opened[hops] = [round(i * VAD_FRAME / SAMPLE_RATE, 2) for i in early if not (echo[i] or held[i])]
+    assert opened[FrontEndOptions().converging_open_hops] == [], opened
+    assert len(opened[0]) >= 3, opened
 
 
 def test_echo_gate_is_off_without_a_reference_or_when_disabled(speech_dir):
