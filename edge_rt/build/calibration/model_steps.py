@@ -26,6 +26,7 @@ from edge_rt.build.files import install_onnx, remove_onnx, sha256_file
 __all__ = ["ModelJob", "Tools", "quantize_model"]
 
 STATS_SAMPLES = 12  # real inputs used to find outlier channels
+NOT_ON_CPU = "not tried on CPU (slower than FP32 there: the plan says why); calibrated for the TensorRT twin"
 
 
 @contextlib.contextmanager
@@ -214,6 +215,9 @@ def _try_recipes(job: ModelJob, tools: Tools, prepared: _Prepared, calibration: 
         attempts.append(attempt)
         if not nodes:
             attempt["result"] = "no quantizable node"
+            continue
+        if not recipe.try_on_cpu:
+            attempt["result"] = NOT_ON_CPU
             continue
         cand = tools.work / f"{job.slug}.{recipe.name}.onnx"
         with ProgressTask(f"{job.name}: quantize + gate ({recipe.name})"):

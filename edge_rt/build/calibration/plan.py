@@ -1,7 +1,8 @@
 """Which models of a pack are quantized, and the recipes tried for each, in order.
 
 A stage's models are matched by :attr:`ModelPlan.pattern`; the build tries a model's
-recipes in order until one is not clearly slower than FP32 *and* passes the stage's gate. Why each
+recipes in order until one is not clearly slower than FP32 *and* passes the stage's gate (a recipe with
+``try_on_cpu=False`` is only calibrated, for the TensorRT twin). Why each
 recipe is what it is: see :mod:`edge_rt.build.calibration.quantize` and the measurements
 in ``build_report.md``.
 
@@ -65,9 +66,16 @@ PLAN: dict[str, tuple[ModelPlan, ...]] = {
                               QuantRecipe("logits", mode="dynamic", op_types=("Gemm",), split_outliers=None)),
                   96),
     ),
+    # Marian: static Q/DQ is entropy-calibrated for the TensorRT twin only. As the CPU engine it ran slower
+    # than FP32 wherever it was timed here (mean paired ratio, 2026-12-03, two whole builds of the tiny pack
+    # and six runs of the encoder's INT8 step alone: encoders 0.15-0.42, decoders 0.13-0.17), except once:
+    # CI's build of 2026-12-03 timed the en-pt encoder's at x0.67, above the 0.6 floor, and shipped it (its
+    # dynamic twin runs x1.8-2.4 here), so the MT stage took x3.1 its recorded time (tests/build/
+    # test_pack_choices.py and the perf check failed). A timer that close to the floor decides by chance;
+    # the plan decides instead. The CPU engine is the dynamic recipe, gated on chrF as before.
     "mt": (
-        ModelPlan(r".*/encoder", (QuantRecipe("full", split_outliers=None), _DYNAMIC), 90),
-        ModelPlan(r".*/decoder", (QuantRecipe("full", split_outliers=None), _DYNAMIC), 200),
+        ModelPlan(r".*/encoder", (QuantRecipe("full", split_outliers=None, try_on_cpu=False), _DYNAMIC), 90),
+        ModelPlan(r".*/decoder", (QuantRecipe("full", split_outliers=None, try_on_cpu=False), _DYNAMIC), 200),
     ),
     # Piper: flows and the duration predictor are precision-sensitive (WER 6 -> 11 %) and the
     # vocoder's ConvTranspose has no fused int8 kernel here, so only plain Conv parts are tried.

@@ -63,6 +63,10 @@ class QuantRecipe:
     split_outliers: float | None = 8.0  # outlier ratio (see outliers.py); None = no split
     max_outliers: int = 32
     symmetric: bool = False  # zero point 0 everywhere and float biases: the TensorRT (explicit Q/DQ) form
+    # False: the recipe is calibrated (its entropy ranges and nodes feed the TensorRT twin) but never tried as the
+    # ONNX Runtime CPU engine, because it is known to run slower than FP32 there (see the plan's comment). A build
+    # then does not let its timer decide what a plan can decide once.
+    try_on_cpu: bool = True
 
     def __post_init__(self) -> None:
         if self.mode not in ("static", "dynamic"):

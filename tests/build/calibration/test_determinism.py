@@ -1,7 +1,7 @@
 """Two runs of the INT8 step from the same inputs take the same decisions and write the same bytes.
 
 The step runs for one small model of the tiny pack (Marian en-pt encoder: calibration, a static
-recipe rejected for speed, a dynamic recipe gated on chrF) in two scratch copies of the pack
+recipe calibrated for TensorRT but not tried on the CPU, a dynamic recipe timed and gated on chrF) in two scratch copies of the pack
 (the FP32 files and assets are linked, ``int8/`` is written fresh), with the TensorRT twin off to
 keep the test short (~1 min).
 """
@@ -14,6 +14,7 @@ import json
 import pytest
 
 from edge_rt.build.calibration.int8 import quantize_pack
+from edge_rt.build.calibration.model_steps import NOT_ON_CPU
 from edge_rt.build.calibration.plan import PLAN, Int8Options, ModelPlan, plan_for
 from edge_rt.build.files import sha256_file
 from edge_rt.build.manifest import int8_choices
@@ -55,11 +56,14 @@ def test_two_runs_of_the_int8_step_decide_and_write_alike(tiny_pack, tmp_path):
         section = quantize_pack(out, copy.deepcopy(stages), {}, options, log=lambda _: None)
         rec = section["stages"][STAGE]["models"][MODEL]
         bytes_ = {rel: sha256_file(out / rel) for rel in rec.get("files", {})}
-        runs.append((_decisions(section), bytes_, section["calibration_set"]["key"]))
-    (d1, b1, k1), (d2, b2, k2) = runs
+        runs.append((_decisions(section), bytes_, section["calibration_set"]["key"], rec["attempts"][0]))
+    (d1, b1, k1, first), (d2, b2, k2, _) = runs
     assert k1 == k2
     assert d1 == d2, "two INT8 runs from the same inputs decided differently"
     assert b1 == b2 and b1, "two INT8 runs wrote different INT8 bytes"
+    # The static recipe is calibrated (for the TensorRT twin) but never timed or gated as the CPU engine.
+    assert first["recipe"] == "full" and first["result"] == NOT_ON_CPU and "speed" not in first
+    assert d1["calibration_samples"], "the static recipe's entropy calibration (for the TensorRT twin) did not run"
     if d1["precision"] == "int8":
         assert d1["gate"]["passed"]
     else:
