@@ -189,6 +189,20 @@ class FrontEnd:
         self._not_echo_run = 0
         self.held = False  # the last hop may be a talker but AEC3 has not converged: do not open on it yet
 
+    def reconverge(self) -> None:
+        """Hold openings again as while AEC3 first converged (the next ``converging_s`` of our speech).
+
+        The loop calls it when an utterance that opened over our speech (a barge-in) held no word: a residual
+        of our own voice passed the echo gate, so AEC3 no longer cancels as it did. Live
+        (tests/loop/test_loudspeaker_jack.py, 2026-12-03, one run in a full test run here) that went round in
+        a circle: after a pause for JFK talking over our first reply, each time our speech resumed an
+        utterance opened on its echo 40-100 ms later (5 times in 6 s), paused it again for up to a second,
+        and the fourth was heard as "Thank you." and translated. The first reply had played 2 s, past the
+        first wait.
+        """
+        self._played_hops = 0
+        self._not_echo_run = 0
+
     @classmethod
     def for_loop(cls, options: FrontEndOptions, clock: CaptureClock, sink) -> "FrontEnd":
         """The front end of a loop whose sink may record what it plays (``sink.tap``, see sinks.py)."""

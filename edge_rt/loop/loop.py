@@ -219,8 +219,8 @@ class Loop:
             self._barge_in()
             return
         utt, self._current = self._current, None
-        if self._barged:
-            self._barged = False
+        barged, self._barged = self._barged, False
+        if barged:
             self._speech.resume()
         if utt is None:
             return
@@ -245,6 +245,13 @@ class Loop:
             self._close(tr)
         except Exception as e:  # a stage failed on this utterance: drop it, keep listening
             self._stage_failed(e, tr)
+        if barged and self._frontend is not None and not ((tr.text or "") + (tr.translation or "")).strip():
+            # It opened over our speech and held no word: a residual of our own voice passed the echo gate, so
+            # AEC3 is not where it was; openings wait again as while it first converged (FrontEnd.reconverge).
+            # Not after a talker with words: the wait also holds back a real talker over our speech (offline, one
+            # starting 0.5 s into our first reply opened 512 ms later), and the speaker going on over our
+            # translation is the common barge-in; a wordless one is the evidence that AEC3 let our voice through.
+            self._frontend.reconverge()
 
     def _stage_failed(self, e: Exception, tr: UtteranceTrace) -> None:
         """Drop the utterance a stage raised on (counted, observers told), unless it keeps happening."""

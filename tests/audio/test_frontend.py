@@ -225,3 +225,47 @@ def test_reference_stays_aligned_on_a_slow_device_clock_with_a_lagging_worker(sp
     converged = slice(3 * SAMPLE_RATE, len(far16) - DELAY)
     assert _db(near[converged]) - _db(out[converged]) >= 20, (_db(near[converged]), _db(out[converged]))
     assert fe._far.resyncs <= 1, fe._far.resyncs
+
+
+def test_reconverge_holds_openings_again_after_the_first_wait_is_over(speech_dir):
+    """Our speech plays on past the first wait (converging_s) and a short burst the gate cannot call echo comes
+    through while it is loud (5 hops of another voice, shorter than the talker run that opens: what a residual of
+    ours looks like to the gate; AEC3's suppressor takes its first hops). After the first wait nothing holds the
+    hops that pass the gate; after ``reconverge()`` (the loop calls it when an utterance opened over our speech
+    held no word) they are held, as at the start."""
+    far16 = read_audio(speech_dir / "en_jfk.wav")
+    other = read_audio(speech_dir / "en_librispeech_1089-134686-0000.wav")
+    d = int(0.040 * SAMPLE_RATE)
+    near = np.zeros(len(far16) + d, np.float32)
+    near[d:] += 0.5 * far16
+    hop_far = np.array([_db(far16[i : i + VAD_FRAME]) for i in range(0, len(far16) - VAD_FRAME + 1, VAD_FRAME)])
+    # 5 hops, past 3 s of our speech, where it has been loud for the 8 hops before and stays loud
+    n = 5
+    b = next(i for i in range(3 * SAMPLE_RATE // VAD_FRAME, len(hop_far) - n) if (hop_far[i - 8 : i + n] > -30).all())
+    hops = range(b, b + n + 1)  # and the hop after (AEC3 hands the capture back 18 ms late)
+    loud = next(i for i in range(0, len(other) - n * VAD_FRAME, VAD_FRAME) if _db(other[i : i + n * VAD_FRAME]) > -25)
+    near[b * VAD_FRAME : (b + n) * VAD_FRAME] += other[loud : loud + n * VAD_FRAME]
+    flags = {}
+    for again in (False, True):
+        sink = RingSink(SAMPLE_RATE, capacity=1 << 20)
+        assert sink.write(far16.astype(np.float32)) == len(far16)
+        clock = CaptureClock()
+        clock.anchor(0, T0)
+        fe = FrontEnd.for_loop(FrontEndOptions(), clock, sink)
+        buf = np.empty(320, np.float32)
+        consumed, out = 0, []
+        for k, first in enumerate(range(0, len(near) - VAD_FRAME + 1, VAD_FRAME)):
+            while consumed < first + VAD_FRAME + OUT_LATENCY:
+                sink.consume(buf, T0 + consumed * 1_000_000_000 // SAMPLE_RATE)
+                consumed += len(buf)
+            if again and k == b - 16:  # our speech resumed half a second before the burst
+                fe.reconverge()
+            hop = near[first : first + VAD_FRAME].copy()
+            fe.process(first, hop)
+            out.append((bool(fe.echo), bool(fe.held)))
+        flags[again] = [out[i] for i in hops]
+    assert b * VAD_FRAME / SAMPLE_RATE > FrontEndOptions().converging_s
+    passed = [i for i, (echo, _) in enumerate(flags[False]) if not echo]
+    assert passed and [flags[True][i][0] for i in passed] == [False] * len(passed), flags  # the same hops pass
+    assert not any(flags[False][i][1] for i in passed), flags  # past the first wait: they could open an utterance
+    assert all(flags[True][i][1] for i in passed), flags  # after reconverge() they cannot

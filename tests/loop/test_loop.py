@@ -253,3 +253,30 @@ def test_speech_queued_behind_speech_is_spoken_faster(stages, speech_dir, monkey
                                                                   phrase_cache=None))
     loop.run()
     assert rates[0] == 1.0 and max(rates) > 1.0 and max(rates) <= 1.25, rates
+
+
+def test_a_barge_in_with_no_word_in_it_makes_the_echo_canceller_wait_again(stages):
+    """Loudspeaker mode: an utterance that opened over our speech (paused it) and held no word was our own
+    residual echo: the front end then holds openings as while AEC3 first converged (FrontEnd.reconverge; its
+    effect: tests/audio/test_frontend.py). One with words (a talker) does not re-arm it."""
+    from edge_rt.audio.frontend import FrontEndOptions
+    from edge_rt.audio.sinks import RingSink
+    from edge_rt.loop.endpoint import Event
+
+    pytest.importorskip("pywebrtc_audio", reason="pip install pywebrtc-audio==0.2.0 (a dependency of edge-rt)")
+    for heard, want in (("", ["reconverge"]), ("Wait a moment.", [])):
+        source = FastFileSource(np.zeros(16000, np.float32))
+        sink = RingSink(16000)
+        loop = Loop(stages, source, sink, LoopOptions(target="pt", frontend=FrontEndOptions(), barge_in="pause"))
+        calls = []
+        loop._frontend.reconverge = lambda: calls.append("reconverge")
+
+        def finalize(tr, speculation, heard=heard):  # what the decode of their utterance gave
+            tr.text = tr.translation = heard
+
+        loop._finalize = finalize
+        assert sink.write(np.ones(4000, np.float32)) == 4000  # our speech, queued in the sink
+        loop._on_event(Event("start", 0))  # someone talks over it: paused
+        assert sink.held and not calls
+        loop._on_event(Event("end", 8000, "silence"))  # their utterance ends: our speech plays on
+        assert not sink.held and calls == want, heard
