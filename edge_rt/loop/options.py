@@ -8,6 +8,7 @@ from edge_rt.audio.frontend import FrontEndOptions
 from edge_rt.loop.catchup import CatchUpOptions
 from edge_rt.loop.context import ContextOptions
 from edge_rt.loop.endpoint import EndpointOptions
+from edge_rt.loop.foreground import ForegroundOptions
 from edge_rt.loop.overload import OverloadOptions
 from edge_rt.loop.turn_policy import TurnOptions
 from edge_rt.loop.output import BARGE_IN
@@ -58,6 +59,11 @@ class LoopOptions:
     # uncatchable one at -0.448); wanted at -0.939 and above (but a garbled one at -1.364). A limit in
     # (-0.989, -0.939) would decide all of them alike, but that window is 0.05 wide on 32 items: kept at -1.0.
     unsure: tuple[float, float] | None = (0.15, -1.0)
+    # An utterance that gave no words (Whisper's no speech, or the unsure gate) is decoded once more from where
+    # its loudest talker starts, when that is a second or more into it (foreground.py): in babble the VAD opens
+    # on the background and the person speaking to the device is the later, louder part. None: not tried.
+    # Defaults: see ForegroundOptions.
+    foreground: ForegroundOptions | None = field(default_factory=ForegroundOptions)
     # What an utterance carries to the next one within a few seconds: its language, its text (context.py).
     context: ContextOptions = field(default_factory=ContextOptions)
     # A stage error drops its utterance and the loop goes on; this many in a row means the stage is

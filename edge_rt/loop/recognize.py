@@ -15,6 +15,7 @@ import numpy as np
 from edge_rt.errors import EdgeRtError
 from edge_rt.loop.context import NONE, AsrContext
 from edge_rt.loop.continuation import continuation
+from edge_rt.loop.foreground import foreground_start
 from edge_rt.loop.options import LoopOptions
 from edge_rt.loop.phrase_cache import PhraseCache
 from edge_rt.loop.stages import Stages
@@ -90,18 +91,13 @@ def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int,
     first = _joint(asr, options, joint, len(audio), context, task, kw) if joint is not None else None
     if first is None:
         first = asr.transcribe(audio, task=task, **kw)
-    heard = first.text.strip()
-    unsure = options.unsure
-    # The babble rule is for speech out of nowhere. A fragment that follows speech within a few seconds (the
-    # rest of a sentence after a hesitation, "Ask not" after "And so my fellow Americans") is short, so
-    # Whisper is unsure of it as well: on the speech set the rule dropped such fragments (P(no speech)
-    # 0.17-0.26, log-probability -1.0 to -1.6), while babble (-35 to -45 dBFS, six talkers) came as whole
-    # utterances with nothing before them.
-    beam = asr.options.beam_size > 1
-    if (unsure is not None and not context.follows
-            and first.no_speech_prob > unsure[0] and (beam or first.avg_logprob < unsure[1])
-            and _unsure_transcript(asr, audio, first, task, unsure, beam)):
-        heard = ""  # babble or noise, not speech to this device
+    heard = _heard(asr, options, context, audio, first, task)
+    cut = None if heard or options.foreground is None else foreground_start(audio, options.foreground)
+    if cut is not None:  # no words in the whole: once more from where its loudest talker starts (foreground.py)
+        again = asr.transcribe(audio[cut:], task=task, **kw)
+        heard_again = _heard(asr, options, context, audio[cut:], again, task)
+        if heard_again:
+            first, heard = again, heard_again
     if not heard:
         now = clock.now_ns()
         return Hypothesis(end, first.language, "", "", now, now)
@@ -123,6 +119,22 @@ def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int,
         phrases.put_translation(key, spoken, 0.0)  # no MT on this route: the entry holds the first clause
     return Hypothesis(end, first.language, "" if translated else heard, spoken, asr_ns, clock.now_ns(),
                       source_pending=translated, phrase=key, end_mark_prob=first.end_mark_prob)
+
+
+def _heard(asr, options: LoopOptions, context: AsrContext, audio: np.ndarray, result, task) -> str:
+    """``result``'s text, or "" when the unsure gate calls ``audio`` babble or noise, not speech to this device."""
+    unsure = options.unsure
+    # The babble rule is for speech out of nowhere. A fragment that follows speech within a few seconds (the
+    # rest of a sentence after a hesitation, "Ask not" after "And so my fellow Americans") is short, so
+    # Whisper is unsure of it as well: on the speech set the rule dropped such fragments (P(no speech)
+    # 0.17-0.26, log-probability -1.0 to -1.6), while babble (-35 to -45 dBFS, six talkers) came as whole
+    # utterances with nothing before them.
+    beam = asr.options.beam_size > 1
+    if (unsure is not None and not context.follows
+            and result.no_speech_prob > unsure[0] and (beam or result.avg_logprob < unsure[1])
+            and _unsure_transcript(asr, audio, result, task, unsure, beam)):
+        return ""
+    return result.text.strip()
 
 
 def _unsure_transcript(asr, audio: np.ndarray, first, task, unsure: tuple[float, float], beam: bool) -> bool:
