@@ -79,6 +79,10 @@ def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int,
     follows the previous text is this utterance's text; when that cannot be told (another language,
     a translate route, a beginning that does not match, nothing after it) ``audio`` is decoded.
 
+    When the utterance gives no words and it opened on a background quieter than its loudest talker (babble:
+    the VAD hears speech from the start), it is decoded once more from where that talker starts
+    (``options.foreground``, :mod:`edge_rt.loop.foreground`); the retry passes the same gates.
+
     On a translate route the source-language transcript is not on the critical path: the loop
     decodes it after the first translated clause is on its way (``source_pending``).
 
