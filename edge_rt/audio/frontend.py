@@ -85,7 +85,8 @@ class FrontEndOptions:
     # convergence, unchanged. Live, a 0.32 s "Go" of our own voice opened 0.83 s into our third reply of a
     # run, after ~1.6 s of playback in all (tests/loop/test_loudspeaker_jack.py, 2026-12-03; 2
     # self-translations in 5 runs before, 0 in 3 after). 0: no such wait. Chosen on the offline mix, not on
-    # the live test's clips.
+    # the live test's clips. The wait starts again when an utterance that opened over our speech held no word
+    # (FrontEnd.reconverge, called by the loop).
     converging_s: float = 1.5
     converging_open_hops: int = 7
 
