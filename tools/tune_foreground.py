@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tune_unsure import _at, _Talkers  # noqa: E402  (the same generated talkers)
 
+from edge_rt.audio.files import resample  # noqa: E402
 from edge_rt.loop.foreground import ForegroundOptions  # noqa: E402
 from edge_rt.loop.loop import LoopOptions  # noqa: E402
 from edge_rt.measure.noise import mix_at_snr  # noqa: E402
@@ -57,8 +58,6 @@ def main(argv: list[str] | None = None) -> int:
         sentence_idx = int(rng.integers(len(talkers.sentences["en"])))
         voice_idx = int(rng.integers(len(talkers.voices["en"])))
         audio, rate = talkers.voices["en"][voice_idx].speak(talkers.sentences["en"][sentence_idx])
-        from edge_rt.audio.files import resample
-
         speech = _at(resample(np.asarray(audio, np.float32), rate), -26)
         lead = int(rng.uniform(1.0, 3.0) * SR)
         clean = np.concatenate([np.zeros(lead, np.float32), speech, np.zeros(SR, np.float32)])

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edge_rt.stages.gain import frame_rms
 from edge_rt.units import SAMPLE_RATE
 
 __all__ = ["ForegroundOptions", "foreground_start"]
@@ -53,7 +54,7 @@ def foreground_start(audio: np.ndarray, options: ForegroundOptions = ForegroundO
     n = len(audio) // frame
     if len(audio) < o.min_s * SAMPLE_RATE or n < 2:
         return None
-    power = np.square(audio[: n * frame].astype(np.float64)).reshape(n, frame).mean(axis=1)
+    power = np.square(frame_rms(audio, frame))
     k = max(1, int(round(o.smooth_s * 1000 / o.frame_ms)))
     smooth = np.convolve(power, np.ones(k) / k, mode="same") + 1e-20
     level = 10.0 * np.log10(smooth)

@@ -98,8 +98,9 @@ def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int,
     heard = _heard(asr, options, context, audio, first, task)
     cut = None if heard or options.foreground is None else foreground_start(audio, options.foreground)
     if cut is not None:  # no words in the whole: once more from where its loudest talker starts (foreground.py)
-        again = asr.transcribe(audio[cut:], task=task, **kw)
-        heard_again = _heard(asr, options, context, audio[cut:], again, task)
+        talker = audio[cut:]
+        again = asr.transcribe(talker, task=task, **kw)
+        heard_again = _heard(asr, options, context, talker, again, task)
         if heard_again:
             first, heard = again, heard_again
     if not heard:

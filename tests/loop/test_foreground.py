@@ -46,14 +46,12 @@ def test_options_are_validated():
 
 
 @pytest.mark.slow
-def test_an_utterance_the_babble_opened_is_heard_from_where_its_talker_starts(default_pack, speech_dir):
+def test_an_utterance_the_babble_opened_is_heard_from_where_its_talker_starts(default_pack, speech_dir,
+                                                                             speech_manifest):
     """JFK at 5 dB in the noisy eval's babble (2 s of it before him): the VAD opens on the babble, and Whisper
     given the whole calls it no speech (P 0.60, log-probability -1.09 here); from where he starts it hears him."""
-    import json
-
     stages = load_stages(default_pack, StageOptions(precision="int8"))
-    manifest = [json.loads(line) for line in (speech_dir / "manifest.jsonl").read_text().splitlines() if line]
-    pool = {m["id"]: read_audio(speech_dir / m["audio"]) for m in manifest}
+    pool = {m["id"]: read_audio(speech_dir / m["audio"]) for m in speech_manifest}
     mix = next(noisy_mixes({"en_jfk": pool["en_jfk"]}, pool, NoiseOptions(kinds=("babble",), snrs_db=(5.0,))))
     said = {}
     for name, fg in (("off", None), ("on", ForegroundOptions())):
@@ -63,6 +61,6 @@ def test_an_utterance_the_babble_opened_is_heard_from_where_its_talker_starts(de
     whole = stages.asr.transcribe(level(mix.audio, LoopOptions(target="pt")))
     assert whole.avg_logprob < -1.0 and whole.no_speech_prob > 0.15  # not vacuous: the whole gives no words
     assert said["off"] == ""
-    ref = set(normalize(next(m["text"] for m in manifest if m["id"] == "en_jfk"), "en").split())
+    ref = set(normalize(next(m["text"] for m in speech_manifest if m["id"] == "en_jfk"), "en").split())
     heard = set(normalize(said["on"], "en").split())
     assert len(ref & heard) >= 4, said["on"]
