@@ -65,6 +65,7 @@ class _Utterance:
     agreement: LocalAgreement = field(default_factory=LocalAgreement)
     next_partial: int = 0  # sample index at which the next partial is due
     speculation: Hypothesis | None = None
+    heard: Hypothesis | None = None  # the latest speculation of it that heard words (LoopOptions.keep_heard)
     pause: int = 0  # silent frames of the current pause (0: speaking)
 
 
@@ -116,6 +117,7 @@ class Loop:
                                         options.partial_stop_db)
                              if options.partials and options.partial_stop_db is not None else None)
         self.partials_stopped = 0
+        self.heard_kept = 0  # utterances whose end decode gave no words, spoken from an earlier pause's words
         # The text that is translated: decoded with a beam when asked (partials stay greedy); the same engines.
         self._final_asr = stages.asr
         if options.beam_size > 1:
@@ -236,7 +238,7 @@ class Loop:
             self._close(tr)
             return
         try:
-            self._finalize(tr, utt.speculation)
+            self._finalize(tr, utt.speculation, utt.heard)
         except EdgeRtError as e:  # a bad request: the loop goes on, the utterance is reported
             tr.dropped = str(e)
             self.errors.append(str(e))
@@ -323,6 +325,8 @@ class Loop:
             self._speculation_failed(e, utt.trace.utterance, "decode")
             return False
         utt.speculation = self._synthesize_ahead(hyp, utt.trace.utterance)
+        if _has_words(hyp):
+            utt.heard = utt.speculation
         return True
 
     def _speculation_failed(self, e: Exception, utterance: int, what: str) -> None:
@@ -394,17 +398,26 @@ class Loop:
         """Automatic gain: a quiet utterance reaches Whisper at speech level (see stages/gain.py)."""
         return level(audio, self.options)
 
-    def _finalize(self, tr: UtteranceTrace, speculation: Hypothesis | None = None) -> None:
+    def _finalize(self, tr: UtteranceTrace, speculation: Hypothesis | None = None,
+                  heard: Hypothesis | None = None) -> None:
         if speculation is not None and speculation.end == tr.end_sample:
             hyp = speculation  # no speech since the pause began: the work is done
             tr.speculative = True
         else:
             hyp = self._recognize(tr.start_sample, tr.end_sample)
+        if (not _has_words(hyp) and heard is not None and self.options.keep_heard
+                and not self._context.at(tr.start_sample).follows):
+            # Whisper heard words in this utterance at a pause, and given all of it, no speech: in babble the VAD
+            # never closes, and the room after the talker's last word tips the whole to "no speech" (see
+            # LoopOptions.keep_heard). What it heard at the pause passed the same gates: say that.
+            hyp = heard
+            tr.speculative = True
+            self.heard_kept += 1
         # Work done ahead counts as ready when the end was declared.
         detected = tr.t_ns["end_detected"]
         tr.lang, tr.text = hyp.lang, hyp.text
         self._errors_in_row = 0  # ASR and MT worked; a TTS failure is counted again
-        if not any(c.isalnum() for c in hyp.text or hyp.translation):  # "" or a lone "." on noise
+        if not _has_words(hyp):  # "" or a lone "." on noise
             tr.dropped = "no speech recognised (silence or noise)"
             self._close(tr)
             return
@@ -561,3 +574,8 @@ class Loop:
         # let the device play the last samples so first_output marks fire
         time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
         self.published.flush(force=True)
+
+
+def _has_words(hyp: Hypothesis) -> bool:
+    """Whether ``hyp`` says anything: not "" and not a lone "." on noise."""
+    return any(c.isalnum() for c in hyp.text or hyp.translation)

@@ -64,6 +64,17 @@ class LoopOptions:
     # on the background and the person speaking to the device is the later, louder part. None: not tried.
     # Defaults: see ForegroundOptions.
     foreground: ForegroundOptions | None = field(default_factory=ForegroundOptions)
+    # An utterance whose end decode gave no words (after the foreground retry) says what an earlier speculation of
+    # it heard at a pause, when that had words (they passed the same gates). In babble the VAD never closes: Whisper
+    # heard en_fleurs_1938's talker at the pause after his last word (P(no speech) 0.64, log-probability -0.80) and,
+    # given the 2 s of room after it too, no speech (0.61, -1.06). Only for an utterance that does not follow
+    # speech: a follow-up skips the unsure gate, so its speculation can be a background talker's words (in babble
+    # at 10 dB "stuff it into you." from another clip, P(no speech) 0.11, after the talker had finished).
+    # Not tuned (a rule, no threshold). Noisy eval, off -> on, one sitting (edge-rt eval --noise --kinds babble,
+    # pink --snr 0,5,10): babble 5 dB empty mixes 2 -> 0, WER 60.0 -> 58.6 %, every other row unchanged, no
+    # invented text added; on generated audio (tools/tune_foreground.py, 72 talker and 72 babble-alone items,
+    # seeds 23/29/31, 2 s of babble after the talker) it never applied: same text for every item.
+    keep_heard: bool = True
     # What an utterance carries to the next one within a few seconds: its language, its text (context.py).
     context: ContextOptions = field(default_factory=ContextOptions)
     # A stage error drops its utterance and the loop goes on; this many in a row means the stage is
