@@ -15,7 +15,7 @@ import pytest
 
 from edge_rt.errors import EdgeRtError
 from edge_rt.measure.bench import BenchOptions, bench
-from edge_rt.measure.perf_check import CHECKED_STAGES, check_regression
+from edge_rt.measure.perf_check import CHECKED_STAGES, check_regression, record_check
 from edge_rt.measure.slowdown import Slowdown
 
 CHECK_FILE = Path(__file__).resolve().parents[1] / "perf_check.json"
@@ -66,19 +66,34 @@ def test_slowdown_spec_parses_and_rejects_nonsense():
 REPEATS = 3
 
 
-def _check(slowdown: str = "") -> tuple[bool, str, dict]:
+def _bench(slowdown: str = "") -> dict:
     recorded = json.loads(CHECK_FILE.read_text())
-    result = bench(BenchOptions(pack=recorded["pack"], precision=recorded["precision"], clips=tuple(recorded["clips"]),
-                                live=False, speed_repeats=min(REPEATS, recorded["repeats"]), slowdown=slowdown))
-    ok, msg = check_regression(result, recorded)
+    return bench(BenchOptions(pack=recorded["pack"], precision=recorded["precision"], clips=tuple(recorded["clips"]),
+                              live=False, speed_repeats=min(REPEATS, recorded["repeats"]), slowdown=slowdown))
+
+
+@pytest.fixture(scope="module")
+def reference_here(default_pack, tmp_path_factory) -> dict:
+    """The unslowed tree recorded on this machine, in this run, as `edge-rt bench --record` does.
+
+    Not tests/perf_check.json: that was recorded on another CPU, where a stage's time in probe units
+    differs by up to ~30 % (CI's runner: TTS at x0.74 of the recorded figure, so TTS slowed 2x measured
+    x1.48 against it and passed). Whether a 2x slower stage fails the check is a question about one
+    machine; the recorded file against this machine is what tools/test.sh checks after pytest.
+    """
+    clips = json.loads(CHECK_FILE.read_text())["clips"]
+    return record_check(_bench(), clips, tmp_path_factory.mktemp("perf") / "check.json")
+
+
+def _check(reference: dict, slowdown: str) -> tuple[bool, str, dict]:
+    result = _bench(slowdown)
+    ok, msg = check_regression(result, reference)
     return ok, msg, result
 
 
-# The unchanged tree against the recorded check is not a test here: tools/test.sh (CI) runs exactly that,
-# `edge-rt bench --check tests/perf_check.json`, after pytest, with the real-time loop as well.
 @pytest.mark.slow
-def test_stages_twice_as_slow_fail_the_check_and_are_named(default_pack):
-    ok, msg, result = _check("asr=2,tts=2")
+def test_stages_twice_as_slow_fail_the_check_and_are_named(reference_here):
+    ok, msg, result = _check(reference_here, "asr=2,tts=2")
     assert not ok, msg
     flagged = [line.split()[0] for line in msg.splitlines() if "REGRESSION" in line and "probes" in line]
     assert flagged == ["asr", "tts"], msg  # each slowed stage by name, and no other
@@ -86,7 +101,7 @@ def test_stages_twice_as_slow_fail_the_check_and_are_named(default_pack):
 
 
 @pytest.mark.slow
-def test_a_machine_twice_as_slow_passes_the_check(default_pack):
-    ok, msg, result = _check("all=2")
+def test_a_machine_twice_as_slow_passes_the_check(reference_here):
+    ok, msg, result = _check(reference_here, "all=2")
     assert ok, msg
     assert set(result["speed"]["probe_ms"]) == {"1_threads", "2_threads"}
