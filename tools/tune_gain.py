@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"gain": spec, "kind": kind, "said": said, "ref": ref}, ensure_ascii=False),
                   flush=True)
         summary[f"gain {spec}"] = {"speech_items_empty": empty, "speech_wer": round(100 * wer(refs, hyps), 1),
-                                            "noise_alone_with_text": invented, "speech_items": len(refs)}
+                                   "noise_alone_with_text": invented, "speech_items": len(refs)}
     summary["utterance_contrast_and_floor_db"] = {k: sorted(v) for k, v in contrasts.items()}
     print(json.dumps(summary, indent=1, ensure_ascii=False), file=sys.stderr)
     return 0

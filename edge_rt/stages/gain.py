@@ -84,20 +84,20 @@ def frame_rms(audio: np.ndarray, frame: int = FRAME) -> np.ndarray:
     return np.sqrt(np.mean(np.square(audio[: n * frame].reshape(n, frame), dtype=np.float64), axis=1))
 
 
-def _pdb(rms: np.ndarray, q) -> np.ndarray:
-    return 20.0 * np.log10(np.maximum(np.percentile(rms, q), 1e-10))
+def _spread_db(rms: np.ndarray, low: float, high: float) -> float:
+    """The ``high`` minus the ``low`` percentile frame level, in dB."""
+    lo, hi = np.percentile(rms, [low, high])
+    return float(_db(hi) - _db(lo))
 
 
 def floor_spread_db(rms: np.ndarray) -> float:
     """How steady the quietest frames are: the 20th minus the 5th percentile frame level, in dB."""
-    low, high = _pdb(rms, list(STEADY_FLOOR_PERCENTILES))
-    return float(high - low)
+    return _spread_db(rms, *STEADY_FLOOR_PERCENTILES)
 
 
 def contrast_db(rms: np.ndarray, options: GainOptions = GainOptions()) -> float:
     """How far the loud frames stand above the quiet ones, in dB."""
-    loud, quiet = _pdb(rms, [options.loud_percentile, options.quiet_percentile])
-    return float(loud - quiet)
+    return _spread_db(rms, options.quiet_percentile, options.loud_percentile)
 
 
 def speech_like(rms: np.ndarray, options: GainOptions = GainOptions()) -> bool:
