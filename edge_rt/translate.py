@@ -16,6 +16,7 @@ from edge_rt.audio.sinks import TimelineSink
 from edge_rt.audio.sources import FastFileSource
 from edge_rt.loop.endpoint import EndpointOptions
 from edge_rt.loop.loop import Loop, LoopOptions
+from edge_rt.loop.options import RedecodeOptions
 from edge_rt.loop.stages import Stages
 from edge_rt.loop.trace import UtteranceTrace
 from edge_rt.loop.turn_policy import TurnOptions
@@ -30,6 +31,8 @@ class TranslateOptions:
     endpoint: EndpointOptions = field(default_factory=EndpointOptions)
     turn: TurnOptions | None = field(default_factory=TurnOptions)  # as LoopOptions.turn
     beam_size: int = 1  # as LoopOptions.beam_size (1: greedy, the live loop's default)
+    # as LoopOptions.redecode: an unsure greedy decode decoded again with a beam (None: greedy only)
+    redecode: RedecodeOptions | None = field(default_factory=RedecodeOptions)
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,8 @@ def translate_audio(stages: Stages, audio: np.ndarray, options: TranslateOptions
     loop = Loop(stages, source, sink, LoopOptions(target=options.target, source=options.source,
                                                   languages=options.languages,
                                                   endpoint=options.endpoint, partials=False,
-                                                  turn=options.turn, beam_size=options.beam_size))
+                                                  turn=options.turn, beam_size=options.beam_size,
+                                                  redecode=options.redecode))
     traces = loop.run()
     utts = [Utterance.from_trace(t) for t in traces if t.translation]
     return utts, sink.audio(min_seconds=len(audio) / SAMPLE_RATE), rate

@@ -199,6 +199,27 @@ def test_beam_flag_reaches_the_loop_and_is_checked(default_pack, speech_dir, tmp
         _no_traceback(bad)
 
 
+def test_redecode_flag_is_parsed_on_every_loop_command_and_checked():
+    """--redecode LOGPROB|off sets LoopOptions.redecode (default RedecodeOptions(): on at -0.5) on translate, run,
+    bench and eval --noise; the service reads [loop] redecode_below; a bad value is a named error (exit 2)."""
+    from edge_rt.cli import build_parser
+    from edge_rt.config import Config
+    from edge_rt.loop.options import LoopOptions, RedecodeOptions
+
+    parse = build_parser().parse_args
+    assert LoopOptions(target="pt").redecode == RedecodeOptions() == parse(["run", "--to", "pt"]).redecode
+    commands = (["translate", "x.wav", "--to", "pt"], ["run", "--to", "pt"], ["bench"], ["eval", "--noise"])
+    for command in commands:
+        assert parse([*command, "--redecode", "-0.7"]).redecode == RedecodeOptions(below_logprob=-0.7)
+        assert parse([*command, "--redecode", "off"]).redecode is None
+    assert Config.from_dict({"loop": {"redecode_below": -0.7}}).loop.redecode_below == -0.7
+    assert Config().loop.redecode_below == RedecodeOptions.below_logprob
+    for command in (commands[0], commands[2]):
+        bad = run_cli(*command, "--redecode", "0.3")
+        assert bad.returncode == 2 and "--redecode takes off or a log-probability below 0" in bad.stderr, bad.stderr
+        _no_traceback(bad)
+
+
 def test_complete_after_ms_reaches_the_turn_policy_and_is_checked():
     """--complete-after-ms sets TurnOptions.complete_after_ms; --loudspeaker keeps 64 unless it is given; a value
     the policy refuses is a named error (exit 2), not a traceback."""

@@ -4,13 +4,16 @@
 Replays every clip of the speech set, and its paused version (``edge-rt bench --paused``: a 600 ms pause
 inserted at a word boundary), live as `edge-rt bench` does, once with each of two values of one knob, the
 order alternating from clip to clip: ``complete_after_ms`` (TurnOptions: the pause at which a sentence
-judged complete ends) or ``beam_size`` (LoopOptions: beam search for the text that is translated).
+judged complete ends), ``beam_size`` (LoopOptions: beam search for the text that is translated) or
+``redecode`` (LoopOptions: ``off`` or the log-probability below which a greedy decode is decoded again
+with a beam).
 Prints per clip and setting the turn latency, whether a translation started before the speaker's final
 end (talk-over), then for each setting and set: turn latency P50/P95, the talk-over rate, the English
 WER of the live captions, and the paired latency ratio. Needs an idle machine (~25 min for the 33 clips
 and their paused versions with two settings).
 
-    python tools/loop_ab.py [--vary complete_after_ms=64,256 | --vary beam_size=1,5] [--limit N] [--no-paused]
+    python tools/loop_ab.py [--vary complete_after_ms=64,256 | beam_size=1,5 | redecode=off,-0.5] [--limit N]
+                            [--no-paused]
 """
 
 from __future__ import annotations
@@ -25,16 +28,19 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from edge_rt.audio.files import read_audio  # noqa: E402
+from edge_rt.loop.options import RedecodeOptions  # noqa: E402
 from edge_rt.loop.turn_policy import TurnOptions  # noqa: E402
 from edge_rt.measure import bench  # noqa: E402
 from edge_rt.measure.paused import PauseOptions, paused_clip  # noqa: E402
 from edge_rt.measure.turn_taking import live_error_rates, turn_taking  # noqa: E402
 
 
-# knob -> LoopOptions fields for one value of it
+# knob -> LoopOptions fields for one value of it (as written on the command line)
 KNOBS = {
-    "complete_after_ms": lambda v: {"turn": dataclasses.replace(TurnOptions(), complete_after_ms=v)},
-    "beam_size": lambda v: {"beam_size": v},
+    "complete_after_ms": lambda v: {"turn": dataclasses.replace(TurnOptions(), complete_after_ms=int(v))},
+    "beam_size": lambda v: {"beam_size": int(v)},
+    # off, or the log-probability below which a greedy decode is decoded again with a beam of 5
+    "redecode": lambda v: {"redecode": None if v == "off" else RedecodeOptions(below_logprob=float(v))},
 }
 
 
@@ -42,7 +48,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pack", default="default")
     ap.add_argument("--vary", default="complete_after_ms=64,256", metavar="KEY=A,B",
-                    help="the knob and its two values: complete_after_ms=64,256 or beam_size=1,5")
+                    help="the knob and its two values: complete_after_ms=64,256, beam_size=1,5 or redecode=off,-0.5")
     ap.add_argument("--limit", type=int, default=None, help="at most this many clips")
     ap.add_argument("--no-paused", action="store_true", help="only the clips as recorded")
     args = ap.parse_args(argv)
@@ -53,7 +59,7 @@ def main(argv=None) -> int:
     if key not in KNOBS or len(values.split(",")) != 2:
         ap.error(f"--vary takes KEY=A,B with KEY one of {', '.join(KNOBS)}, got {args.vary!r}")
     names = [f"{key}={v}" for v in values.split(",")]
-    setting = {n: KNOBS[key](int(v)) for n, v in zip(names, values.split(","))}
+    setting = {n: KNOBS[key](v) for n, v in zip(names, values.split(","))}
     rows: dict[str, list] = {"real": [], "paused": []}
     k = 0
     for clip in clips:

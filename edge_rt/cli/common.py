@@ -45,6 +45,30 @@ def _show_caption(console):
     return show
 
 
+def redecode(text: str):
+    """``--redecode``: ``off``, or the average log-probability below which a greedy decode is decoded again with a
+    beam of 5 (LoopOptions.redecode)."""
+    from edge_rt.loop.options import RedecodeOptions
+
+    if text.strip().lower() == "off":
+        return None
+    try:
+        return RedecodeOptions(below_logprob=float(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--redecode takes off or a log-probability below 0, e.g. --redecode -0.5; "
+                                         f"got {text!r}") from None
+
+
+def add_redecode_arg(p) -> None:
+    """--redecode: when an unsure greedy decode is decoded again with a beam (LoopOptions.redecode)."""
+    from edge_rt.loop.options import RedecodeOptions
+
+    p.add_argument("--redecode", type=redecode, default=RedecodeOptions(), metavar="LOGPROB|off",
+                   help=f"decode an utterance again with a beam of 5 when greedy's average log-probability is below "
+                        f"this (default {RedecodeOptions.below_logprob}; off: greedy only). In steady noise it closes "
+                        f"most of the gap to faster-whisper's beam; clean speech is rarely decoded twice (README, Noise)")
+
+
 def beam_size(text: str) -> int:
     """``--beam``: 1 (greedy) to 16 hypotheses."""
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from edge_rt.cli.common import beam_size
+from edge_rt.cli.common import add_redecode_arg, beam_size
 from edge_rt.errors import EdgeRtError
 
 
@@ -31,6 +31,7 @@ def add_noise_args(e: argparse.ArgumentParser) -> None:
                         "(edge_rt/audio/frontend.py); both = each mix twice (default off)")
     g.add_argument("--beam", type=beam_size, default=1, metavar="N",
                    help="the loop's beam search for the text it translates (LoopOptions.beam_size; default 1)")
+    add_redecode_arg(g)
     e.set_defaults(precisions=None)  # --precisions: int8,fp32 for the plain eval, int8 with --noise
 
 
@@ -50,6 +51,7 @@ def cmd_eval_noise(args: argparse.Namespace, precision: str) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from edge_rt.loop.options import RedecodeOptions
     from edge_rt.measure.noise import NoiseOptions
     from edge_rt.measure.noise_eval import NoiseEvalOptions, evaluate_noise
 
@@ -65,7 +67,8 @@ def cmd_eval_noise(args: argparse.Namespace, precision: str) -> int:
                             clips=tuple(args.clip), limit=args.clips, noise=noise, peer=args.peer,
                             given_language=args.given_language,
                             frontends=("off", "on") if args.frontend == "both" else (args.frontend,),
-                            loop_overrides=(("beam_size", args.beam),) if args.beam != 1 else ())
+                            loop_overrides=((("beam_size", args.beam),) if args.beam != 1 else ())
+                            + ((("redecode", args.redecode),) if args.redecode != RedecodeOptions() else ()))
     console = Console(stderr=True)
     def log(r: dict) -> None:
         loop = r.get("loop") or {}

@@ -40,6 +40,7 @@ def _cmd_translate(args: argparse.Namespace) -> int:
     spoken, languages = _sources(args.source)
     utts, track, rate = translate_audio(stages, audio, TranslateOptions(target=args.to, source=spoken,
                                                                         languages=languages, beam_size=args.beam,
+                                                                        redecode=args.redecode,
                                                                         turn=turn))
     write_audio(out, track, rate)
     run_s = time.perf_counter() - t1
@@ -47,6 +48,7 @@ def _cmd_translate(args: argparse.Namespace) -> int:
         print(json.dumps({"utterances": [u.as_dict() for u in utts], "output": str(out),
                           "sample_rate": rate, "load_s": round(load_s, 3), "run_s": round(run_s, 3),
                           "beam_size": args.beam,
+                          "redecode": None if args.redecode is None else args.redecode.below_logprob,
                           "backend": {"name": pipe.backend.name, "reason": pipe.backend.reason}},
                          ensure_ascii=False, indent=2))
     else:
@@ -104,7 +106,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                           endpoint=EndpointOptions(hangover_ms=args.hangover_ms), turn=_turn_options(args),
                           frontend=FrontEndOptions() if args.loudspeaker else None,
                           barge_in=args.barge_in or ("pause" if args.loudspeaker else "continue"),
-                          beam_size=args.beam)
+                          beam_size=args.beam, redecode=args.redecode)
     recording = None
     if args.record:  # field test: session folder + flight recorder (edge_rt/ops/session.py)
         from edge_rt.ops.flight import FlightOptions
@@ -123,6 +125,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         observers.append(metrics)
     loop = pipe.loop(source, recording.sink if recording else sink, options,
                      on_caption=captions, trace=trace, observers=observers)
+    if options.redecode is not None and loop.redecode_off:  # TensorRT's decoder: one sequence, no beam
+        console.print(f"[yellow]greedy decoding only (--redecode is not used here): {loop.redecode_off}[/]",
+                      highlight=False)
 
     def stop(signum, frame):
         loop.stop()

@@ -47,6 +47,7 @@ from edge_rt.loop.stages import Stages
 from edge_rt.loop.stream import LocalAgreement
 from edge_rt.loop.trace import TracePublisher, TraceWriter, UtteranceTrace
 from edge_rt.loop.turn_policy import TurnPolicy
+from edge_rt.stages.asr.beam import BeamUnsupportedError
 from edge_rt.stages.asr.decoding import DecodeStopped
 from edge_rt.stages.tts.voice import first_clauses
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME, VAD_FRAME_MS
@@ -123,6 +124,18 @@ class Loop:
         if options.beam_size > 1:
             asr = stages.asr
             self._final_asr = asr.with_options(dataclasses.replace(asr.options, beam_size=options.beam_size))
+        # A greedy decode Whisper is unsure of is decoded again with this beam (LoopOptions.redecode). A decoder
+        # that keeps its cache on the device (TensorRT) runs one sequence: greedy only there, and why is kept.
+        self._redecode_asr = None
+        self.redecode_off: str | None = None if options.redecode is not None else "LoopOptions.redecode is None"
+        if options.redecode is not None and options.beam_size == 1:
+            asr = stages.asr
+            try:
+                self._redecode_asr = asr.with_options(dataclasses.replace(asr.options,
+                                                                          beam_size=options.redecode.beam_size))
+            except BeamUnsupportedError as e:
+                self.redecode_off = str(e)
+        self.redecoded = 0  # utterance decodes taken from the beam's second decode
         # Fail now, not on the first utterance.
         if options.source is not None:
             stages.route(options.source, options.target)
@@ -387,8 +400,10 @@ class Loop:
                 and end - known.start_sample <= o.joint_max_s * SAMPLE_RATE
                 and route_task(asr_task(self.stages, self.options.target), known.lang) == "transcribe"):
             joint = self._level(self.history.slice(known.start_sample, end))
-        return recognize(self.stages, self.options, self._level(self.history.slice(start, end)), end,
-                         self.source.clock, context, self.phrases, joint, self._final_asr)
+        hyp = recognize(self.stages, self.options, self._level(self.history.slice(start, end)), end,
+                        self.source.clock, context, self.phrases, joint, self._final_asr, self._redecode_asr)
+        self.redecoded += hyp.redecoded
+        return hyp
 
     def _rate(self) -> float:
         """Speaking rate of the next translation: faster while earlier speech is still queued (catchup.py)."""
@@ -415,7 +430,7 @@ class Loop:
             self.heard_kept += 1
         # Work done ahead counts as ready when the end was declared.
         detected = tr.t_ns["end_detected"]
-        tr.lang, tr.text = hyp.lang, hyp.text
+        tr.lang, tr.text, tr.redecoded = hyp.lang, hyp.text, hyp.redecoded
         self._errors_in_row = 0  # ASR and MT worked; a TTS failure is counted again
         if not _has_words(hyp):  # "" or a lone "." on noise
             tr.dropped = "no speech recognised (silence or noise)"

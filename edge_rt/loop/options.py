@@ -12,10 +12,11 @@ from edge_rt.loop.foreground import ForegroundOptions
 from edge_rt.loop.overload import OverloadOptions
 from edge_rt.loop.turn_policy import TurnOptions
 from edge_rt.loop.output import BARGE_IN
+from edge_rt.loop.redecode import RedecodeOptions
 from edge_rt.stages.gain import GainOptions
 from edge_rt.units import VAD_FRAME_MS
 
-__all__ = ["LoopOptions"]
+__all__ = ["LoopOptions", "RedecodeOptions"]
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,19 @@ class LoopOptions:
     # interleaved on the 33 clips (tools/loop_ab.py --vary beam_size=1,5): English WER 6.51 -> 6.05 % (one
     # word of 215) for turn latency x1.10 per clip (median) and P95 3657 -> 4762 ms: still 1.
     beam_size: int = 1
+    # A greedy decode Whisper is unsure of (average log-probability below the limit) is decoded once more with
+    # a beam, and the beam's words are taken (recognize.py, as faster-whisper falls back on a log-probability
+    # limit). Confident speech keeps greedy's speed; None: greedy only (or the beam always, beam_size > 1).
+    # Transcribe routes only: a Whisper translation scores lower than a transcript (see recognize.py); on all
+    # routes, live on the 33 clips (tools/loop_ab.py --vary redecode=off,-0.5), 11 of the 21 translated clips'
+    # turns were 0.3-5.5 s longer (4 were 0.16-0.4 s shorter: the policy read the beam's end marks) and English
+    # WER did not move (6.51 %).
+    # Defaults (-0.5, beam 5) chosen on generated audio, not the eval clips (tools/tune_redecode.py --items 88,
+    # seeds 53 and 59: the recipe's voices reading calibration sentences, clean and in pink/brown/music/babble at
+    # 0-10 dB, and babble alone): WER 31.4 -> 28.4 and 40.8 -> 39.1 % (limits -0.2..-0.7 within 0.4 points of
+    # it; a beam always 29.8 %), empties and babble-alone text unchanged, Whisper's decode time +26 % on seed 53
+    # (a beam always +98 %). Reported on the eval clips in README (Noise).
+    redecode: RedecodeOptions | None = field(default_factory=RedecodeOptions)
 
     def __post_init__(self):
         if self.barge_in not in BARGE_IN:

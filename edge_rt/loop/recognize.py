@@ -19,6 +19,7 @@ from edge_rt.loop.foreground import foreground_start
 from edge_rt.loop.options import LoopOptions
 from edge_rt.loop.phrase_cache import PhraseCache
 from edge_rt.loop.stages import Stages
+from edge_rt.measure.scoring import normalize
 from edge_rt.stages.gain import apply_gain
 from edge_rt.stages.tts.voice import TtsAudio
 from edge_rt.units import SAMPLE_RATE
@@ -41,6 +42,7 @@ class Hypothesis:
     speech: tuple[TtsAudio, Iterator[TtsAudio]] | None = None
     phrase: tuple | None = None  # its key in the phrase cache (PhraseCache.key), None: not cached
     end_mark_prob: float = float("nan")  # Whisper's P(sentence-final mark) where the text ends (AsrResult)
+    redecoded: bool = False  # the words are a beam's, decoded again after an unsure greedy decode (redecode)
 
 
 def level(audio: np.ndarray, options: LoopOptions) -> np.ndarray:
@@ -70,7 +72,7 @@ def route_task(task, lang: str) -> str:
 
 def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int, clock,
               context: AsrContext = NONE, phrases: PhraseCache | None = None,
-              joint: np.ndarray | None = None, asr=None) -> Hypothesis:
+              joint: np.ndarray | None = None, asr=None, redecode=None) -> Hypothesis:
     """One Whisper pass (language detection picks transcribe or translate) + MT of ``audio``
     (float32 16 kHz, already levelled), which ends at capture sample ``end``; ``context`` is what
     the previous utterance lends (its language, its text: see context.py); a phrase in ``phrases``
@@ -87,14 +89,21 @@ def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int,
     decodes it after the first translated clause is on its way (``source_pending``).
 
     ``asr``: the recognizer to decode with (the loop's beam-search view of ``stages.asr``); None: ``stages.asr``.
+    ``redecode``: a beam-search view of it; a transcript heard with an average log-probability below
+    ``options.redecode.below_logprob`` is decoded once more with it and the beam's words are taken (the greedy
+    decode has passed the gates: the beam's is not judged again). A translate route's decode is not. None: no
+    second decode.
     """
     asr = asr or stages.asr
     target = options.target
     task = asr_task(stages, target)
     kw = context.transcribe_kwargs(options.source, options.languages)
-    first = _joint(asr, options, joint, len(audio), context, task, kw) if joint is not None else None
-    if first is None:
-        first = asr.transcribe(audio, task=task, **kw)
+
+    def decode(recognizer, audio=audio, joint=joint):
+        result = _joint(recognizer, options, joint, len(audio), context, task, kw) if joint is not None else None
+        return result if result is not None else recognizer.transcribe(audio, task=task, **kw)
+
+    first = decode(asr)
     heard = _heard(asr, options, context, audio, first, task)
     cut = None if heard or options.foreground is None else foreground_start(audio, options.foreground)
     if cut is not None:  # no words in the whole: once more from where its loudest talker starts (foreground.py)
@@ -103,6 +112,17 @@ def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int,
         heard_again = _heard(asr, options, context, talker, again, task)
         if heard_again:
             first, heard = again, heard_again
+            audio, joint = talker, None  # a second decode (redecode) hears the talker too
+    redecoded = False
+    # Transcripts only: the limit was tuned on them, and a Whisper translation scores lower than a transcript of
+    # the same speech (see _unsure_transcript), so most translated utterances would be decoded twice.
+    if heard and redecode is not None and options.redecode is not None \
+            and route_task(task, first.language) == "transcribe" \
+            and first.avg_logprob < options.redecode.below_logprob:
+        again = decode(redecode, audio, joint)
+        if (again.text.strip() and again.language == first.language
+                and not (_repeats(options, context, again) and not _repeats(options, context, first))):
+            first, heard, redecoded = again, again.text.strip(), True
     if not heard:
         now = clock.now_ns()
         return Hypothesis(end, first.language, "", "", now, now)
@@ -123,7 +143,8 @@ def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int,
     elif phrases is not None:
         phrases.put_translation(key, spoken, 0.0)  # no MT on this route: the entry holds the first clause
     return Hypothesis(end, first.language, "" if translated else heard, spoken, asr_ns, clock.now_ns(),
-                      source_pending=translated, phrase=key, end_mark_prob=first.end_mark_prob)
+                      source_pending=translated, phrase=key, end_mark_prob=first.end_mark_prob,
+                      redecoded=redecoded)
 
 
 def _heard(asr, options: LoopOptions, context: AsrContext, audio: np.ndarray, result, task) -> str:
@@ -140,6 +161,22 @@ def _heard(asr, options: LoopOptions, context: AsrContext, audio: np.ndarray, re
             and _unsure_transcript(asr, audio, result, task, unsure, beam)):
         return ""
     return result.text.strip()
+
+
+def _repeats(options: LoopOptions, context: AsrContext, result, block: int = 3) -> bool:
+    """Whether ``result``'s words say something twice: ``block`` or more words right after themselves, or, for a
+    follow-up, the previous utterance's text again at its start. A beam can: tiny.en wrote JFK's "And so my
+    fellow American. And so my fellow American." where greedy wrote it once; a speaker seldom repeats three
+    words in a row, and a second decode that does is not taken over a first that does not."""
+    words = [w for w in (normalize(w, result.language) for w in result.text.split()) if w]
+    n = len(words)
+    if any(words[i:i + k] == words[i + k:i + 2 * k] for k in range(block, n // 2 + 1) for i in range(n - 2 * k + 1)):
+        return True
+    known = context.joint
+    if known is None:
+        return False
+    found = continuation(known.text, result.text, result.language)
+    return found is not None and found.cost <= options.context.joint_max_cost
 
 
 def _unsure_transcript(asr, audio: np.ndarray, first, task, unsure: tuple[float, float], beam: bool) -> bool:

@@ -39,6 +39,7 @@ class UtteranceTrace:
     dropped: str = ""  # why the utterance produced no speech, if it did not
     end_reason: str = ""  # silence | complete | hangover | max_pause (turn policy) | max_length | flush
     speculative: bool = False  # the final hypothesis was computed during the pause, before the end
+    redecoded: bool = False  # its words are a beam's, after a greedy decode Whisper was unsure of (redecode)
     t_ns: dict[str, int] = field(default_factory=dict)
 
     def stamp(self, event: str, t_ns: int) -> None:

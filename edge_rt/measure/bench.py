@@ -43,6 +43,7 @@ from edge_rt.audio.files import read_audio
 from edge_rt.audio.sinks import PacedFileSink
 from edge_rt.audio.sources import PacedFileSource
 from edge_rt.loop.loop import Loop, LoopOptions
+from edge_rt.loop.options import RedecodeOptions
 from edge_rt.loop.stages import Stages
 from edge_rt.loop.trace import UtteranceTrace, percentiles
 from edge_rt.loop.turn_policy import TurnOptions
@@ -90,10 +91,13 @@ class BenchOptions:
     memory_clips: int = 4
     memory_long: int = 3
     beam_size: int = 1  # the loop's beam search for the text it translates (LoopOptions.beam_size)
+    # an unsure greedy decode decoded again with a beam (LoopOptions.redecode; None: greedy only)
+    redecode: RedecodeOptions | None = field(default_factory=RedecodeOptions)
 
     def loop_options(self, target: str) -> LoopOptions:
         return LoopOptions(target=target, partials=self.partials, speculate_after_ms=self.speculate_after_ms,
-                           turn=self.turn if self.turn_policy else None, beam_size=self.beam_size)
+                           turn=self.turn if self.turn_policy else None, beam_size=self.beam_size,
+                           redecode=self.redecode)
 
     def target_for(self, lang: str) -> str:
         """English clips are spoken in Portuguese, every other language in English."""
@@ -124,6 +128,7 @@ class ClipResult:
     pauses: dict | None = None  # the paused set: where the pauses are (PausedClip.as_dict())
     phrase_cache: dict | None = None  # the live loop's phrase cache (LiveRun.phrases)
     partials_stopped: int = 0  # partial captions stopped because a pause began (loop/pause_watch.py)
+    redecoded: int = 0  # decodes whose words came from the beam after an unsure greedy decode (LoopOptions.redecode)
     traces: list[UtteranceTrace] = field(repr=False, default_factory=list)
 
     def as_dict(self) -> dict:
@@ -200,6 +205,7 @@ class LiveRun:
     last_played_ns: int | None
     phrases: dict | None = None  # the loop's phrase cache: lookups, hits, saved time (CacheStats.as_dict())
     partials_stopped: int = 0  # Loop.partials_stopped
+    redecoded: int = 0  # Loop.redecoded
 
 
 def run_clip(stages: Stages, audio: np.ndarray, options: LoopOptions, tail_s: float) -> LiveRun:
@@ -209,7 +215,8 @@ def run_clip(stages: Stages, audio: np.ndarray, options: LoopOptions, tail_s: fl
     loop = Loop(stages, source, sink, options, on_caption=captions)
     traces = loop.run()
     return LiveRun(list(traces), source.clock, captions, sink.last_played_ns,
-                   loop.phrases.stats.as_dict() if loop.phrases is not None else None, loop.partials_stopped)
+                   loop.phrases.stats.as_dict() if loop.phrases is not None else None, loop.partials_stopped,
+                   loop.redecoded)
 
 
 @dataclass(frozen=True)
@@ -255,9 +262,11 @@ def _measure_clip(stages, peer, c: dict, options: BenchOptions, paused: PausedCl
     loop_opts = options.loop_options(target)
     end = paused.final_end if paused is not None else oracle_end(stages.vad, audio)
     turn, traces, taking, live_text, phrases, stopped = Turn(None, None, "not run"), [], None, "", None, 0
+    redecoded = 0
     if options.live:
         run = run_clip(stages, audio, loop_opts, options.tail_s)
         traces, live_text, phrases, stopped = run.traces, run.captions.final_text(), run.phrases, run.partials_stopped
+        redecoded = run.redecoded
         turn = live_turn(traces, run.clock, end)
         taking = turn_taking(traces, run.clock, end, run.last_played_ns,
                              paused.pauses if paused is not None else ()).as_dict()
@@ -276,7 +285,7 @@ def _measure_clip(stages, peer, c: dict, options: BenchOptions, paused: PausedCl
         len(spoken), " ".join(t.text for t in spoken), " ".join(t.translation for t in spoken),
         parts(serial), parts(peer_turn), c.get("text", ""), live_text, taking,
         paused.as_dict() if paused is not None else None, phrase_cache=phrases, partials_stopped=stopped,
-        traces=traces)
+        redecoded=redecoded, traces=traces)
     return res, (audio, end, loop_opts)
 
 
@@ -338,7 +347,8 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
         chosen = list(dict.fromkeys([c["path"] for c in clips[: options.memory_clips]] + [c["path"] for c in longest]))
         memory = measure_memory(pack.dir, chosen,
                                 precision=options.precision, threads=options.threads, target="pt",
-                                beam_size=options.beam_size).as_dict()
+                                beam_size=options.beam_size,
+                                redecode_beam=options.redecode.beam_size if options.redecode else 0).as_dict()
     speed = None
     if options.speed_repeats:
         from edge_rt.measure.perf_check import measure_speed
@@ -390,7 +400,10 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
                  "turn_policy": options.turn_policy, "beam_size": options.beam_size,
                  "complete_after_ms": options.turn.complete_after_ms if options.turn_policy else None,
                  # partial captions stopped because a pause began while they decoded (loop/pause_watch.py)
-                 "partials_stopped": sum(r.partials_stopped for r in results)},
+                 "partials_stopped": sum(r.partials_stopped for r in results),
+                 # decodes redone with a beam after an unsure greedy decode (LoopOptions.redecode; None: off)
+                 "redecode_below": options.redecode.below_logprob if options.redecode else None,
+                 "redecoded": sum(r.redecoded for r in results)},
         "slowdown": options.slowdown or None,
         "oracle": f"end of the last 32 ms frame with Silero p >= {ORACLE_THRESHOLD} over the whole clip",
         "serial": "the loop's engines one after the other on the whole utterance: the loop's hangover, one "

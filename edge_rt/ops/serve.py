@@ -116,6 +116,7 @@ class Server:
         from edge_rt.audio.devices import AudioBackendWedged, AudioDeviceError, DeviceSink, DeviceSource, rescan
         from edge_rt.loop.endpoint import EndpointOptions
         from edge_rt.loop.loop import LoopOptions
+        from edge_rt.loop.options import RedecodeOptions
         from edge_rt.loop.turn_policy import TurnOptions
         from edge_rt.pipeline import StageOptions, load_stages
         from edge_rt.pack import BuiltPack
@@ -129,6 +130,8 @@ class Server:
         options = LoopOptions(target=c.translate.to, source=c.translate.source,
                               endpoint=EndpointOptions(hangover_ms=c.loop.hangover_ms),
                               turn=TurnOptions(complete_after_ms=c.loop.complete_after_ms),
+                              redecode=(RedecodeOptions(below_logprob=c.loop.redecode_below)
+                                        if c.loop.redecode_below < 0 else None),
                               keep_traces=1000)  # always on: memory must not grow with every utterance
         if c.metrics.port:  # one registry for the whole service life, across audio reopenings
             from edge_rt.ops.metrics import Metrics
@@ -194,6 +197,8 @@ class Server:
 
         loop = Loop(stages, source, sink, options, on_caption=caption, observers=observers)
         self._loop = loop
+        if options.redecode is not None and loop.redecode_off:  # TensorRT's decoder: one sequence, no beam
+            self.log(f"greedy decoding only ([loop] redecode_below is not used here): {loop.redecode_off}")
         if self._stop.is_set():
             loop.stop()
         self.log(f"listening on [{source.info.index}] {source.info.name} ({source.rate} Hz), speaking "

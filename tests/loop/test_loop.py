@@ -79,9 +79,10 @@ def test_a_breath_after_a_sentence_is_not_decoded_with_the_sentence(stages, spee
         traces, _ = _run(stages, jfk, **kw)
         return [t for t in traces if t.end_sample - t.start_sample < 0.4 * 16000]
 
-    joined = short(context=ContextOptions(joint_min_s=0.0))
+    # Greedy only (the failure was greedy's; a beam over the joint audio writes "." there): LoopOptions.redecode off.
+    joined = short(context=ContextOptions(joint_min_s=0.0), redecode=None)
     assert [t.text for t in joined] == ["Ask"]  # the failure (the test would otherwise prove nothing)
-    alone = short()
+    alone = short(redecode=None)
     assert [(t.start_sample, t.end_sample) for t in alone] == [(t.start_sample, t.end_sample) for t in joined]
     assert [t.translation for t in alone] == [""] and all(t.dropped for t in alone), [t.text for t in alone]
 

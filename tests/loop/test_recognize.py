@@ -149,7 +149,7 @@ def test_the_loop_decodes_what_it_translates_with_a_beam_when_asked(stages, spee
     monkeypatch.setattr(beam_module.BeamSearch, "run", lambda self, *a, **k: searches.append(self.size) or run(self, *a, **k))
     pad = np.zeros(2 * SAMPLE_RATE, np.float32)
     audio = np.concatenate([pad, read_audio(speech_dir / "en_librispeech_1089-134686-0001.wav"), pad])
-    noise_eval.run_loop(stages, audio, LoopOptions(target="pt", partials=False))
+    noise_eval.run_loop(stages, audio, LoopOptions(target="pt", partials=False, redecode=None))
     assert not searches  # greedy: no beam at all
     traces, _ = noise_eval.run_loop(stages, audio, LoopOptions(target="pt", partials=False, beam_size=5))
     said = [t for t in traces if t.text]
@@ -164,3 +164,93 @@ def test_the_loop_decodes_what_it_translates_with_a_beam_when_asked(stages, spee
     assert loop._final_asr.options.beam_size == 5 and loop.stages.asr.options.beam_size == 1
     with pytest.raises(ValueError, match="beam_size must be in 1..16"):
         LoopOptions(target="pt", beam_size=0)
+
+
+@pytest.mark.slow
+def test_an_unsure_greedy_decode_is_decoded_again_with_a_beam(stages, speech_dir, monkeypatch):
+    """LoopOptions.redecode: words Whisper heard unsure of (average log-probability below the limit) are decoded
+    once more with a beam and the beam's words are taken; a confident decode and a decode with no words (noise
+    alone) run no beam. The limit sits between the clip's clean and noisy greedy decodes (here -0.1 and -0.6:
+    "Stuffed into you, his belly coutalled him." in pink noise at 10 dB, the beam's "Stuff it into you, his belly
+    counseled him."), so INT8 numerics that differ by machine do not move the test's premise."""
+    import numpy as np
+
+    from edge_rt.loop.options import RedecodeOptions
+    from edge_rt.measure.noise import make_noise, mix_at_snr
+    from edge_rt.stages.asr import beam as beam_module
+
+    searches = []
+    run = beam_module.BeamSearch.run
+    monkeypatch.setattr(beam_module.BeamSearch, "run", lambda self, *a, **k: searches.append(self.size) or run(self, *a, **k))
+    beam_asr = stages.asr.with_options(dataclasses.replace(stages.asr.options, beam_size=5))
+    clean = read_audio(speech_dir / "en_librispeech_1089-134686-0001.wav")
+    rng = np.random.default_rng(5)
+    noisy, _ = mix_at_snr(clean, np.asarray(make_noise("pink", rng, len(clean)), np.float64), 10.0)
+    base = LoopOptions(target="pt", redecode=None)
+    noisy, audio = level(noisy.astype(np.float32), base), level(clean, base)
+    unsure, sure = stages.asr.transcribe(noisy, language=None), stages.asr.transcribe(audio, language=None)
+    assert unsure.text and sure.text and sure.avg_logprob > unsure.avg_logprob + 0.1, (sure, unsure)  # not vacuous
+    options = dataclasses.replace(base, redecode=RedecodeOptions(below_logprob=(sure.avg_logprob + unsure.avg_logprob) / 2))
+
+    searches.clear()
+    heard = recognize(stages, options, noisy, len(noisy), CaptureClock(), asr=stages.asr, redecode=beam_asr)
+    assert heard.redecoded and searches == [5]
+    again = beam_asr.transcribe(noisy, language=None)
+    assert heard.text == again.text and heard.end_mark_prob == again.end_mark_prob
+
+    searches.clear()
+    kept = recognize(stages, options, audio, len(audio), CaptureClock(), asr=stages.asr, redecode=beam_asr)
+    assert not searches and not kept.redecoded and kept.text == sure.text
+    hum = level(np.asarray(make_noise("pink", rng, 3 * SAMPLE_RATE), np.float32) * 0.01, options)
+    nothing = recognize(stages, options, hum, len(hum), CaptureClock(), asr=stages.asr, redecode=beam_asr)
+    assert not searches and nothing.text == "" and not nothing.redecoded
+    off = recognize(stages, base, noisy, len(noisy), CaptureClock(), asr=stages.asr, redecode=beam_asr)
+    assert not searches and off.text == unsure.text  # LoopOptions.redecode None: greedy only
+    # A translate route (French into English) is not decoded again: the limit is a transcript's, and Whisper's
+    # translation scores lower (this clip's -1.2 against its transcript's -0.7).
+    into_en = LoopOptions(target="en", redecode=RedecodeOptions(below_logprob=-0.01))
+    french = level(read_audio(speech_dir / "fr_fleurs_test_003.wav"), into_en)
+    translated = recognize(stages, into_en, french, len(french), CaptureClock(), asr=stages.asr, redecode=beam_asr)
+    assert translated.lang == "fr" and translated.translation and not translated.redecoded and not searches
+
+    # In the loop (a limit nearly every decode is below): the utterance's trace says its words are the beam's, the
+    # loop counts it; with a beam always
+    # (beam_size > 1) there is nothing to decode again.
+    from edge_rt.audio.sinks import TimelineSink
+    from edge_rt.audio.sources import FastFileSource
+    from edge_rt.loop.loop import Loop
+
+    pad = np.zeros(SAMPLE_RATE, np.float32)
+    quiet = np.concatenate([pad, noisy, pad])
+    loop = Loop(stages, FastFileSource(quiet), TimelineSink(22050, now_s=lambda: 0.0),
+                dataclasses.replace(options, partials=False, gain=None, redecode=RedecodeOptions(below_logprob=-0.01)))
+    traces = loop.run()
+    assert [t.redecoded for t in traces if t.text] == [True] and loop.redecoded >= 1, traces
+    assert Loop(stages, FastFileSource(quiet), TimelineSink(22050, now_s=lambda: 0.0),
+                dataclasses.replace(options, beam_size=5))._redecode_asr is None
+
+    with pytest.raises(ValueError, match="below_logprob must be < 0"):
+        RedecodeOptions(below_logprob=0.5)
+    with pytest.raises(ValueError, match="beam_size must be in 2..16"):
+        RedecodeOptions(beam_size=1)
+
+
+def test_a_second_decode_that_says_something_twice_is_told():
+    """recognize._repeats: three or more words right after themselves (tiny.en's beam on JFK), or a follow-up
+    that starts with the previous text again; a word said twice, or a phrase said again later, is not."""
+    from types import SimpleNamespace
+
+    from edge_rt.loop.recognize import _repeats
+
+    options = LoopOptions(target="pt")
+    said = lambda text: SimpleNamespace(text=text, language="en")  # noqa: E731
+    assert _repeats(options, NONE, said("And so my fellow American. And so my fellow American."))
+    assert _repeats(options, NONE, said("stuff it into you stuff it into you"))
+    assert not _repeats(options, NONE, said("He could wait, wait no longer."))
+    assert not _repeats(options, NONE, said("Ask not what your country can do for you, ask what you can do"))
+    context = Context(ContextOptions())
+    context.remember(2 * SAMPLE_RATE, "en", "And so my fellow Americans.", start_sample=0)
+    follows = context.at(3 * SAMPLE_RATE)
+    assert follows.joint is not None
+    assert _repeats(options, follows, said("And so my fellow Americans. Ask not"))
+    assert not _repeats(options, follows, said("Ask not what your country can do for you"))

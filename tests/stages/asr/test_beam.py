@@ -160,3 +160,28 @@ def test_beam_search_on_the_device_cache_decoder_says_what_to_do(tiny_pack, tmp_
         BeamCache(inference, 5, 16)
     with pytest.raises(BeamUnsupportedError, match=r"use --beam 1"):
         BeamSearch.of(inference, 5, 16)  # the device variant takes one sequence: no batched beam either
+
+
+@pytest.mark.slow
+def test_the_loop_decodes_greedily_only_on_the_device_cache_decoder_and_says_why(tiny_pack, tmp_path):
+    """LoopOptions.redecode is on by default; on a decoder that keeps its cache on the device (TensorRT) the loop
+    still starts, decodes greedily, and keeps the reason (no utterance fails on it later)."""
+    from edge_rt.audio.sinks import TimelineSink
+    from edge_rt.audio.sources import FastFileSource
+    from edge_rt.loop.loop import Loop
+    from edge_rt.loop.options import LoopOptions
+    from edge_rt.pipeline import StageOptions, load_stages
+
+    entry = tiny_pack.stage("asr")
+    opts = SessionOptions(intra_op_threads=1)
+    decoder = OrtEngine(export_device_decoder(tiny_pack.model("asr", "decoder"), tmp_path / "d.onnx"), opts)
+    inference = WhisperInference(OrtEngine(tiny_pack.model("asr", "encoder"), opts), decoder, entry["dims"])
+    stages = load_stages(tiny_pack, StageOptions(precision="fp32"))
+    host = stages.asr
+    stages.asr = Asr(inference, host.tokenizer, host.buckets_s, host.options)
+    loop = Loop(stages, FastFileSource(np.zeros(16000, np.float32)), TimelineSink(22050, now_s=lambda: 0.0),
+                LoopOptions(target="pt"))
+    assert loop._redecode_asr is None and "use --beam 1" in loop.redecode_off
+    on = Loop(load_stages(tiny_pack, StageOptions(precision="fp32")), FastFileSource(np.zeros(16000, np.float32)),
+              TimelineSink(22050, now_s=lambda: 0.0), LoopOptions(target="pt"))
+    assert on._redecode_asr is not None and on.redecode_off is None

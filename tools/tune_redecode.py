@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Choose when an unsure greedy decode is decoded again with a beam (LoopOptions.redecode), on generated audio.
+
+The loop decodes greedily (a beam costs ~1.5x a decode on every turn). faster-whisper decodes with a beam of 5
+and, when its average log-probability is below -1.0, again at higher temperatures. In steady noise the loop was
+behind faster-whisper (README, Noise) and a beam always closed most of that gap for x1.10 turn latency on clean
+speech. A beam only where greedy is unsure would take the gain where it is and leave confident speech alone.
+This tool builds, from the calibration recipe's voices and calibration sentences (neither the real clips nor the
+gate's held-out sentences), one English sentence at -26 dBFS with 1 s before and after, clean or in pink, brown,
+music-like noise or 4-talker babble at 0/5/10 dB, and 8-s babble-alone items (any text is invented); every item
+goes through the noisy eval's loop (``edge-rt translate --to en``'s) once per candidate and prints (stderr), per
+candidate: WER over the speech items (and clean apart), items empty, decodes redone with the beam, Whisper's
+total decode time, and the babble-alone items with text.
+
+    python tools/tune_redecode.py --items 40 [--seed 53] [--candidates off,-0.3,-0.5,-0.7,beam]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tune_unsure import _at, _Talkers  # noqa: E402  (the same generated talkers)
+
+from edge_rt.audio.files import resample  # noqa: E402
+from edge_rt.loop.options import LoopOptions, RedecodeOptions  # noqa: E402
+from edge_rt.measure.noise import make_noise, mix_at_snr  # noqa: E402
+from edge_rt.measure.noise_eval import run_loop  # noqa: E402
+from edge_rt.measure.scoring import wer  # noqa: E402
+from edge_rt.pack import BuiltPack  # noqa: E402
+from edge_rt.pipeline import StageOptions, load_stages  # noqa: E402
+from edge_rt.units import SAMPLE_RATE as SR  # noqa: E402
+
+CANDIDATES = "off,-0.3,-0.5,-0.7,beam"
+CONDITIONS = (("clean", None), ("pink", 5.0), ("brown", 5.0), ("music", 5.0), ("babble", 5.0),
+              ("pink", 10.0), ("brown", 10.0), ("music", 10.0), ("babble", 10.0), ("pink", 0.0), ("brown", 0.0))
+
+
+class _TimedAsr:
+    """The pack's ASR, timing every decode and counting those made with a beam."""
+
+    def __init__(self, asr, counts: dict):
+        self._asr, self.counts = asr, counts
+
+    def transcribe(self, audio, **kw):
+        t0 = time.perf_counter()
+        try:
+            return self._asr.transcribe(audio, **kw)
+        finally:
+            self.counts["ms"] += (time.perf_counter() - t0) * 1000
+            self.counts["decodes"] += 1
+            self.counts["beam"] += self._asr.options.beam_size > 1
+
+    def with_options(self, options):
+        return _TimedAsr(self._asr.with_options(options), self.counts)
+
+    def __getattr__(self, name):
+        return getattr(self._asr, name)
+
+
+def loop_options(spec: str) -> LoopOptions:
+    base = LoopOptions(target="en", partials=False, redecode=None)
+    if spec == "off":
+        return base
+    if spec == "beam":
+        return dataclasses.replace(base, beam_size=5)
+    return dataclasses.replace(base, redecode=RedecodeOptions(below_logprob=float(spec)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--items", type=int, default=40, help="speech items (and one babble-alone item per 8)")
+    p.add_argument("--pack", default="default")
+    p.add_argument("--seed", type=int, default=53)
+    p.add_argument("--candidates", default=CANDIDATES,
+                   help="comma-separated: off (greedy), beam (a beam of 5 always), or a log-probability limit")
+    args = p.parse_args(argv)
+    pack = BuiltPack.load(args.pack)
+    rng = np.random.default_rng(args.seed)
+    talkers = _Talkers(pack, rng)
+    stages = load_stages(pack, StageOptions(precision="int8"))
+    items = []  # (condition, audio, reference or "")
+    for i in range(args.items):
+        sentence = talkers.sentences["en"][int(rng.integers(len(talkers.sentences["en"])))]
+        voice = talkers.voices["en"][int(rng.integers(len(talkers.voices["en"])))]
+        audio, rate = voice.speak(sentence)
+        speech = resample(np.asarray(audio, np.float32), rate)
+        clean = np.concatenate([np.zeros(SR, np.float32), _at(speech, -26), np.zeros(SR, np.float32)])
+        kind, snr = CONDITIONS[i % len(CONDITIONS)]
+        if snr is None:
+            items.append(("clean", clean, sentence))
+        else:
+            noise = (talkers.babble(4, len(clean), False) if kind == "babble"
+                     else make_noise(kind, rng, len(clean)))
+            mixed, _ = mix_at_snr(clean, np.asarray(noise, np.float64), snr)
+            items.append((f"{kind} {snr:g} dB", mixed.astype(np.float32), sentence))
+        if i % 8 == 7:
+            items.append(("babble alone", _at(talkers.babble(int(rng.integers(4, 11)), 8 * SR, False),
+                                              rng.uniform(-45, -30)), ""))
+    summary = {}
+    for spec in args.candidates.split(","):
+        counts = {"ms": 0.0, "decodes": 0, "beam": 0}
+        timed = copy.copy(stages)
+        timed.asr = _TimedAsr(stages.asr, counts)
+        options = loop_options(spec)
+        by: dict[str, tuple[list, list]] = {}
+        empty, invented = 0, []
+        for cond, audio, ref in items:
+            traces, _ = run_loop(timed, audio, options)
+            said = " ".join(t.text or t.translation for t in traces if (t.text or t.translation)).strip()
+            if ref:
+                for key in (cond, "all", "noisy" if cond != "clean" else "clean"):
+                    by.setdefault(key, ([], []))[0].append(ref)
+                    by[key][1].append(said)
+                empty += not said
+            elif said:
+                invented.append(said)
+            print(json.dumps({"candidate": spec, "condition": cond, "said": said, "ref": ref}, ensure_ascii=False),
+                  flush=True)
+        summary[spec] = {"wer": {k: round(100 * wer(r, h), 1) for k, (r, h) in sorted(by.items())},
+                         "empty": empty, "decodes": counts["decodes"], "beam_decodes": counts["beam"],
+                         "asr_s": round(counts["ms"] / 1000, 1), "babble_alone_with_text": invented}
+        print(json.dumps({spec: summary[spec]}, ensure_ascii=False), file=sys.stderr, flush=True)
+    print(json.dumps(summary, indent=1, ensure_ascii=False), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
