@@ -48,7 +48,7 @@ def _show_caption(console):
 def redecode(text: str):
     """``--redecode``: ``off``, or the average log-probability below which a greedy decode is decoded again with a
     beam of 5 (LoopOptions.redecode)."""
-    from edge_rt.loop.options import RedecodeOptions
+    from edge_rt.loop.redecode import RedecodeOptions
 
     if text.strip().lower() == "off":
         return None
@@ -61,7 +61,7 @@ def redecode(text: str):
 
 def add_redecode_arg(p) -> None:
     """--redecode: when an unsure greedy decode is decoded again with a beam (LoopOptions.redecode)."""
-    from edge_rt.loop.options import RedecodeOptions
+    from edge_rt.loop.redecode import RedecodeOptions
 
     p.add_argument("--redecode", type=redecode, default=RedecodeOptions(), metavar="LOGPROB|off",
                    help=f"decode an utterance again with a beam of 5 when greedy's average log-probability is below "

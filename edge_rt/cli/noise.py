@@ -51,7 +51,7 @@ def cmd_eval_noise(args: argparse.Namespace, precision: str) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from edge_rt.loop.options import RedecodeOptions
+    from edge_rt.loop.redecode import RedecodeOptions
     from edge_rt.measure.noise import NoiseOptions
     from edge_rt.measure.noise_eval import NoiseEvalOptions, evaluate_noise
 
