@@ -127,7 +127,7 @@ class Loop:
         # A greedy decode Whisper is unsure of is decoded again with this beam (LoopOptions.redecode). A decoder
         # that keeps its cache on the device (TensorRT) runs one sequence: greedy only there, and why is kept.
         self._redecode_asr = None
-        self.redecode_off: str | None = None if options.redecode is not None else "LoopOptions.redecode is None"
+        self.redecode_off: str | None = None  # why the beam view could not be made (asked for, none here)
         if options.redecode is not None and options.beam_size == 1:
             asr = stages.asr
             try:

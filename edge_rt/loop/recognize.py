@@ -172,11 +172,7 @@ def _repeats(options: LoopOptions, context: AsrContext, result, block: int = 3) 
     n = len(words)
     if any(words[i:i + k] == words[i + k:i + 2 * k] for k in range(block, n // 2 + 1) for i in range(n - 2 * k + 1)):
         return True
-    known = context.joint
-    if known is None:
-        return False
-    found = continuation(known.text, result.text, result.language)
-    return found is not None and found.cost <= options.context.joint_max_cost
+    return context.joint is not None and _after_known(options, context, result.text, result.language) is not None
 
 
 def _unsure_transcript(asr, audio: np.ndarray, first, task, unsure: tuple[float, float], beam: bool) -> bool:
@@ -207,11 +203,17 @@ def _joint(asr, options: LoopOptions, audio: np.ndarray, samples: int, context: 
     result = asr.transcribe(audio, task=task, **kw)
     if result.language != known.lang or route_task(task, result.language) != "transcribe":
         return None
-    found = continuation(known.text, result.text, result.language)
-    if (found is None or found.cost > o.joint_max_cost
-            or len(found.text.split()) < max(1.0, o.joint_min_words_per_s * samples / SAMPLE_RATE)):
+    found = _after_known(options, context, result.text, result.language)
+    if found is None or len(found.text.split()) < max(1.0, o.joint_min_words_per_s * samples / SAMPLE_RATE):
         return None
     return replace(result, text=found.text)
+
+
+def _after_known(options: LoopOptions, context: AsrContext, text: str, lang: str):
+    """What follows the previous utterance's text (``context.joint``) at the start of ``text``, or None when
+    ``text`` does not start with it (more than ``joint_max_cost`` edits per known word)."""
+    found = continuation(context.joint.text, text, lang)
+    return found if found is not None and found.cost <= options.context.joint_max_cost else None
 
 
 def with_first_clause(hyp: Hypothesis, tts, target: str, *, rate: float = 1.0,

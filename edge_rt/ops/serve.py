@@ -116,7 +116,7 @@ class Server:
         from edge_rt.audio.devices import AudioBackendWedged, AudioDeviceError, DeviceSink, DeviceSource, rescan
         from edge_rt.loop.endpoint import EndpointOptions
         from edge_rt.loop.loop import LoopOptions
-        from edge_rt.loop.options import RedecodeOptions
+        from edge_rt.loop.redecode import RedecodeOptions
         from edge_rt.loop.turn_policy import TurnOptions
         from edge_rt.pipeline import StageOptions, load_stages
         from edge_rt.pack import BuiltPack
