@@ -38,7 +38,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tune_unsure import _at, _Talkers  # noqa: E402  (the same generated talkers)
 
-from edge_rt.audio.files import resample  # noqa: E402
 from edge_rt.loop.loop import LoopOptions  # noqa: E402
 from edge_rt.measure.noise import make_noise, mix_at_snr  # noqa: E402
 from edge_rt.measure.noise_eval import run_loop  # noqa: E402
@@ -75,10 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     stages = load_stages(pack, StageOptions(precision="int8"))
     items = []  # (kind, audio, reference or "")
     for i in range(args.items):
-        voice = talkers.voices["en"][int(rng.integers(len(talkers.voices["en"])))]
-        sentence = talkers.sentences["en"][int(rng.integers(len(talkers.sentences["en"])))]
-        audio, rate = voice.speak(sentence)
-        speech = resample(np.asarray(audio, np.float32), rate)
+        voice = int(rng.integers(len(talkers.voices["en"])))
+        at = int(rng.integers(len(talkers.sentences["en"])))
+        sentence, speech = talkers.sentences["en"][at], talkers.speak("en", voice, at)
         clean = np.concatenate([np.zeros(SR, np.float32), _at(speech, -26), np.zeros(SR, np.float32)])
         kind, snr = ("pink", "brown")[i % 2], (-5.0, 0.0, 5.0, 10.0)[(i // 2) % 4]
         mixed, _ = mix_at_snr(clean, np.asarray(make_noise(kind, rng, len(clean)), np.float64), snr)

@@ -55,9 +55,14 @@ class _Talkers:
         self.rng, self._cache = rng, {}
 
     def say(self, lang: str) -> np.ndarray:
-        key = (lang, int(self.rng.integers(len(self.voices[lang]))), int(self.rng.integers(len(self.sentences[lang]))))
+        voice = int(self.rng.integers(len(self.voices[lang])))
+        return self.speak(lang, voice, int(self.rng.integers(len(self.sentences[lang]))))
+
+    def speak(self, lang: str, voice: int, sentence: int) -> np.ndarray:
+        """Sentence ``sentence`` read by voice ``voice`` (indices into ``sentences[lang]``, ``voices[lang]``), 16 kHz."""
+        key = (lang, voice, sentence)
         if key not in self._cache:
-            audio, rate = self.voices[lang][key[1]].speak(self.sentences[lang][key[2]])
+            audio, rate = self.voices[lang][voice].speak(self.sentences[lang][sentence])
             self._cache[key] = resample(np.asarray(audio, np.float32), rate)
         return self._cache[key]
 
