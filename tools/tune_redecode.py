@@ -73,7 +73,10 @@ def loop_options(spec: str) -> LoopOptions:
         return base
     if spec == "beam":
         return dataclasses.replace(base, beam_size=5)
-    return dataclasses.replace(base, redecode=RedecodeOptions(below_logprob=float(spec)))
+    limit, *rules = spec.split(":")  # LIMIT[:REPEAT_WORDS[:MIN_KEPT]]
+    keys = ("repeat_words", "min_kept")
+    kw = {k: t(v) for k, t, v in zip(keys, (int, float), rules)}
+    return dataclasses.replace(base, redecode=RedecodeOptions(below_logprob=float(limit), **kw))
 
 
 def main(argv: list[str] | None = None) -> int:

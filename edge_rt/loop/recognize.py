@@ -90,8 +90,9 @@ def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int,
 
     ``asr``: the recognizer to decode with (the loop's beam-search view of ``stages.asr``); None: ``stages.asr``.
     ``redecode``: a beam-search view of it; a transcript heard with an average log-probability below
-    ``options.redecode.below_logprob`` is decoded once more with it and the beam's words are taken (the greedy
-    decode has passed the gates: the beam's is not judged again). A translate route's decode is not. None: no
+    ``options.redecode.below_logprob`` is decoded once more with it and the beam's words are taken unless they
+    repeat themselves or drop most of greedy's (:func:`_take_beam`; the greedy decode has passed the gates: the
+    beam's is not judged again). A translate route's decode is not. None: no
     second decode.
     """
     asr = asr or stages.asr
@@ -120,8 +121,7 @@ def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int,
             and route_task(task, first.language) == "transcribe" \
             and first.avg_logprob < options.redecode.below_logprob:
         again = decode(redecode, audio, joint)
-        if (again.text.strip() and again.language == first.language
-                and not (_repeats(options, context, again) and not _repeats(options, context, first))):
+        if _take_beam(options, context, first, again):
             first, heard, redecoded = again, again.text.strip(), True
     if not heard:
         now = clock.now_ns()
@@ -163,12 +163,27 @@ def _heard(asr, options: LoopOptions, context: AsrContext, audio: np.ndarray, re
     return result.text.strip()
 
 
+def _take_beam(options: LoopOptions, context: AsrContext, greedy, beam) -> bool:
+    """Whether the beam's decode of an utterance is taken over greedy's (``options.redecode``): it says something,
+    in the same language, repeats nothing greedy does not, and keeps at least ``min_kept`` of greedy's words."""
+    o = options.redecode
+    if not beam.text.strip() or beam.language != greedy.language:
+        return False
+    if _repeats(options, context, beam, o.repeat_words) and not _repeats(options, context, greedy, o.repeat_words):
+        return False
+    return len(_words(beam)) >= o.min_kept * len(_words(greedy))
+
+
+def _words(result) -> list[str]:
+    return [w for w in (normalize(w, result.language) for w in result.text.split()) if w]
+
+
 def _repeats(options: LoopOptions, context: AsrContext, result, block: int = 3) -> bool:
     """Whether ``result``'s words say something twice: ``block`` or more words right after themselves, or, for a
     follow-up, the previous utterance's text again at its start. A beam can: tiny.en wrote JFK's "And so my
     fellow American. And so my fellow American." where greedy wrote it once; a speaker seldom repeats three
     words in a row, and a second decode that does is not taken over a first that does not."""
-    words = [w for w in (normalize(w, result.language) for w in result.text.split()) if w]
+    words = _words(result)
     n = len(words)
     if any(words[i:i + k] == words[i + k:i + 2 * k] for k in range(block, n // 2 + 1) for i in range(n - 2 * k + 1)):
         return True

@@ -10,6 +10,7 @@ from edge_rt.audio.clock import CaptureClock
 from edge_rt.audio.files import read_audio
 from edge_rt.loop.context import NONE, Context, ContextOptions
 from edge_rt.loop.options import LoopOptions
+from edge_rt.loop.redecode import RedecodeOptions
 from edge_rt.loop.recognize import level, recognize
 from edge_rt.measure.scoring import normalize
 from edge_rt.pipeline import StageOptions, load_stages
@@ -175,7 +176,6 @@ def test_an_unsure_greedy_decode_is_decoded_again_with_a_beam(stages, speech_dir
     counseled him."), so INT8 numerics that differ by machine do not move the test's premise."""
     import numpy as np
 
-    from edge_rt.loop.options import RedecodeOptions
     from edge_rt.measure.noise import make_noise, mix_at_snr
     from edge_rt.stages.asr import beam as beam_module
 
@@ -254,3 +254,35 @@ def test_a_second_decode_that_says_something_twice_is_told():
     assert follows.joint is not None
     assert _repeats(options, follows, said("And so my fellow Americans. Ask not"))
     assert not _repeats(options, follows, said("Ask not what your country can do for you"))
+
+
+def test_a_beam_that_drops_greedys_words_or_repeats_itself_is_not_taken():
+    """recognize._take_beam: the beam's words replace greedy's unless they are empty, in another language, say
+    something twice that greedy does not, or are fewer than RedecodeOptions.min_kept times greedy's (a beam that
+    finished early: "It has" for "It has been reading all week in the mountains.", generated babble at 5 dB)."""
+    from types import SimpleNamespace
+
+    from edge_rt.loop.recognize import _take_beam
+
+    said = lambda text, lang="en": SimpleNamespace(text=text, language=lang)  # noqa: E731
+    options = LoopOptions(target="pt")
+    assert options.redecode.min_kept == 0.5 and options.redecode.repeat_words == 3
+    greedy = said("It has been reading all week in the mountains.")
+    assert _take_beam(options, NONE, greedy, said("It has been raining all week in the mountains."))
+    assert _take_beam(options, NONE, greedy, said("It has been raining all week."))  # 6 of 9 words
+    assert not _take_beam(options, NONE, greedy, said("It has"))
+    assert not _take_beam(options, NONE, greedy, said("It has been."))  # 3 of 9
+    assert not _take_beam(options, NONE, greedy, said(" "))
+    assert not _take_beam(options, NONE, greedy, said("Il pleut toute la semaine dans les montagnes.", "fr"))
+    assert not _take_beam(options, NONE, greedy, said("It has been raining all week. It has been raining all week."))
+    either = dataclasses.replace(options, redecode=RedecodeOptions(min_kept=0.0))
+    assert _take_beam(either, NONE, greedy, said("It has"))  # the rule before min_kept
+    stutter = said("The aspect ratio of this format, bi, bi, tra, tra, t, c, cus, home")
+    assert _take_beam(options, NONE, said("The aspect ratio of this format by Vaitra to up the home"), stutter)
+    strict = dataclasses.replace(options, redecode=RedecodeOptions(repeat_words=1))
+    assert not _take_beam(strict, NONE, said("The aspect ratio of this format by Vaitra to up the home"), stutter)
+
+    with pytest.raises(ValueError, match="min_kept must be in"):
+        RedecodeOptions(min_kept=1.5)
+    with pytest.raises(ValueError, match="repeat_words must be >= 1"):
+        RedecodeOptions(repeat_words=0)
