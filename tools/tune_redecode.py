@@ -13,6 +13,9 @@ candidate: WER over the speech items (and clean apart), items empty, decodes red
 total decode time, and the babble-alone items with text.
 
     python tools/tune_redecode.py --items 40 [--seed 53] [--candidates off,-0.3,-0.5,-0.7,beam]
+
+A limit may carry the rules for taking the beam's words (RedecodeOptions): ``-0.5:3:0.5`` is LIMIT:REPEAT_WORDS:MIN_KEPT
+(``--candidates=-0.5:3:0,-0.5:3:0.5``: the ``=`` keeps argparse from reading the leading minus as an option).
 """
 
 from __future__ import annotations
@@ -85,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pack", default="default")
     p.add_argument("--seed", type=int, default=53)
     p.add_argument("--candidates", default=CANDIDATES,
-                   help="comma-separated: off (greedy), beam (a beam of 5 always), or a log-probability limit")
+                   help="comma-separated: off (greedy), beam (a beam of 5 always), or a log-probability limit "
+                        "[:repeat_words[:min_kept]]")
     args = p.parse_args(argv)
     pack = BuiltPack.load(args.pack)
     rng = np.random.default_rng(args.seed)
