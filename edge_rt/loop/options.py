@@ -119,8 +119,8 @@ class LoopOptions:
     # word of 215) for turn latency x1.10 per clip (median) and P95 3657 -> 4762 ms: still 1.
     beam_size: int = 1
     # A greedy decode Whisper is unsure of (average log-probability below the limit) is decoded once more with
-    # a beam, and the beam's words are taken (recognize.py, as faster-whisper falls back on a log-probability
-    # limit). Confident speech keeps greedy's speed; None: greedy only (or the beam always, beam_size > 1).
+    # a beam, and the beam's words are taken unless they repeat themselves or drop most of greedy's (recognize.py,
+    # RedecodeOptions; as faster-whisper falls back on a log-probability limit). Confident speech keeps greedy's speed; None: greedy only (or the beam always, beam_size > 1).
     # Transcribe routes only: a Whisper translation scores lower than a transcript (see recognize.py); on all
     # routes, live on the 33 clips (tools/loop_ab.py --vary redecode=off,-0.5), 11 of the 21 translated clips'
     # turns were 0.3-5.5 s longer (4 were 0.16-0.4 s shorter: the policy read the beam's end marks) and English

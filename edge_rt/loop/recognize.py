@@ -178,11 +178,11 @@ def _words(result) -> list[str]:
     return [w for w in (normalize(w, result.language) for w in result.text.split()) if w]
 
 
-def _repeats(options: LoopOptions, context: AsrContext, result, block: int = 3) -> bool:
-    """Whether ``result``'s words say something twice: ``block`` or more words right after themselves, or, for a
-    follow-up, the previous utterance's text again at its start. A beam can: tiny.en wrote JFK's "And so my
-    fellow American. And so my fellow American." where greedy wrote it once; a speaker seldom repeats three
-    words in a row, and a second decode that does is not taken over a first that does not."""
+def _repeats(options: LoopOptions, context: AsrContext, result, block: int) -> bool:
+    """Whether ``result``'s words say something twice: ``block`` (RedecodeOptions.repeat_words) or more words right
+    after themselves, or, for a follow-up, the previous utterance's text again at its start. A beam can: tiny.en
+    wrote JFK's "And so my fellow American. And so my fellow American." where greedy wrote it once; a speaker seldom
+    repeats three words in a row, and a second decode that does is not taken over a first that does not."""
     words = _words(result)
     n = len(words)
     if any(words[i:i + k] == words[i + k:i + 2 * k] for k in range(block, n // 2 + 1) for i in range(n - 2 * k + 1)):

@@ -244,16 +244,16 @@ def test_a_second_decode_that_says_something_twice_is_told():
 
     options = LoopOptions(target="pt")
     said = lambda text: SimpleNamespace(text=text, language="en")  # noqa: E731
-    assert _repeats(options, NONE, said("And so my fellow American. And so my fellow American."))
-    assert _repeats(options, NONE, said("stuff it into you stuff it into you"))
-    assert not _repeats(options, NONE, said("He could wait, wait no longer."))
-    assert not _repeats(options, NONE, said("Ask not what your country can do for you, ask what you can do"))
+    assert _repeats(options, NONE, said("And so my fellow American. And so my fellow American."), 3)
+    assert _repeats(options, NONE, said("stuff it into you stuff it into you"), 3)
+    assert not _repeats(options, NONE, said("He could wait, wait no longer."), 3)
+    assert not _repeats(options, NONE, said("Ask not what your country can do for you, ask what you can do"), 3)
     context = Context(ContextOptions())
     context.remember(2 * SAMPLE_RATE, "en", "And so my fellow Americans.", start_sample=0)
     follows = context.at(3 * SAMPLE_RATE)
     assert follows.joint is not None
-    assert _repeats(options, follows, said("And so my fellow Americans. Ask not"))
-    assert not _repeats(options, follows, said("Ask not what your country can do for you"))
+    assert _repeats(options, follows, said("And so my fellow Americans. Ask not"), 3)
+    assert not _repeats(options, follows, said("Ask not what your country can do for you"), 3)
 
 
 def test_a_beam_that_drops_greedys_words_or_repeats_itself_is_not_taken():
