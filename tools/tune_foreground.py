@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tune_unsure import _at, _Talkers  # noqa: E402  (the same generated talkers)
+from tune_unsure import _at, talkers_and_stages  # noqa: E402  (the same generated talkers)
 
 from edge_rt.audio.files import resample  # noqa: E402
 from edge_rt.loop.foreground import ForegroundOptions  # noqa: E402
@@ -36,8 +36,6 @@ from edge_rt.loop.loop import LoopOptions  # noqa: E402
 from edge_rt.measure.noise import mix_at_snr  # noqa: E402
 from edge_rt.measure.noise_eval import run_loop  # noqa: E402
 from edge_rt.measure.scoring import wer  # noqa: E402
-from edge_rt.pack import BuiltPack  # noqa: E402
-from edge_rt.pipeline import StageOptions, load_stages  # noqa: E402
 from edge_rt.units import SAMPLE_RATE as SR  # noqa: E402
 
 SETTINGS = {"off": None, **{f"drop {d:g} dB": ForegroundOptions(drop_db=d) for d in (3.0, 4.0, 5.0, 6.0)}}
@@ -49,10 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pack", default="default")
     p.add_argument("--seed", type=int, default=23)
     args = p.parse_args(argv)
-    pack = BuiltPack.load(args.pack)
-    rng = np.random.default_rng(args.seed)
-    talkers = _Talkers(pack, rng)
-    stages = load_stages(pack, StageOptions(precision="int8"))
+    talkers, stages = talkers_and_stages(args.pack, args.seed)
+    rng = talkers.rng
     items = []
     for i in range(args.items):
         sentence_idx = int(rng.integers(len(talkers.sentences["en"])))

@@ -36,14 +36,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tune_unsure import _at, _Talkers  # noqa: E402  (the same generated talkers)
+from tune_unsure import _at, talkers_and_stages  # noqa: E402  (the same generated talkers)
 
 from edge_rt.loop.loop import LoopOptions  # noqa: E402
 from edge_rt.measure.noise import make_noise, mix_at_snr  # noqa: E402
 from edge_rt.measure.noise_eval import run_loop  # noqa: E402
 from edge_rt.measure.scoring import wer  # noqa: E402
-from edge_rt.pack import BuiltPack  # noqa: E402
-from edge_rt.pipeline import StageOptions, load_stages  # noqa: E402
 from edge_rt.stages.gain import GainOptions, contrast_db, floor_spread_db, frame_rms  # noqa: E402
 from edge_rt.units import SAMPLE_RATE as SR  # noqa: E402
 
@@ -68,10 +66,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma-separated gain rules: MIN (min_snr_db alone) or MIN/STEADY/FLOOR (with the steady-floor "
                         "exception); the first also gives the utterances' contrasts and floor spreads")
     args = p.parse_args(argv)
-    pack = BuiltPack.load(args.pack)
-    rng = np.random.default_rng(args.seed)
-    talkers = _Talkers(pack, rng)
-    stages = load_stages(pack, StageOptions(precision="int8"))
+    talkers, stages = talkers_and_stages(args.pack, args.seed)
+    rng = talkers.rng
     items = []  # (kind, audio, reference or "")
     for i in range(args.items):
         voice = int(rng.integers(len(talkers.voices["en"])))

@@ -45,6 +45,14 @@ def _at(x: np.ndarray, dbfs: float) -> np.ndarray:
     return (x * (10 ** (dbfs / 20) / (np.sqrt(np.mean(x ** 2)) + 1e-12))).astype(np.float32)
 
 
+def talkers_and_stages(pack_name: str, seed: int, precision: str = "int8"):
+    """The generated talkers of pack ``pack_name`` drawing from a generator seeded ``seed`` (``talkers.rng``), and
+    the pack's stages: what every tuning tool starts with."""
+    pack = BuiltPack.load(pack_name)
+    talkers = _Talkers(pack, np.random.default_rng(seed))
+    return talkers, load_stages(pack, StageOptions(precision=precision))
+
+
 class _Talkers:
     """Synthesized sentences of the recipe's voices, cached."""
 
@@ -88,10 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-speech", type=float, default=LoopOptions(target="en").unsure[0], help="the gate's P(no speech) value")
     args = p.parse_args(argv)
 
-    pack = BuiltPack.load(args.pack)
-    rng = np.random.default_rng(11 if args.mixed else 7)
-    talkers = _Talkers(pack, rng)
-    stages = load_stages(pack, StageOptions(precision=args.precision))
+    talkers, stages = talkers_and_stages(args.pack, 11 if args.mixed else 7, args.precision)
+    rng = talkers.rng
     options = LoopOptions(target="en", source=None, partials=False, unsure=None)  # edge-rt translate's, gate off
     results: list[dict] = []
 
