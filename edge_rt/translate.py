@@ -16,7 +16,7 @@ from edge_rt.audio.sinks import TimelineSink
 from edge_rt.audio.sources import FastFileSource
 from edge_rt.loop.endpoint import EndpointOptions
 from edge_rt.loop.loop import Loop, LoopOptions
-from edge_rt.loop.options import RedecodeOptions
+from edge_rt.loop.options import RedecodeOptions, SplitOptions
 from edge_rt.loop.stages import Stages
 from edge_rt.loop.trace import UtteranceTrace
 from edge_rt.loop.turn_policy import TurnOptions
@@ -33,6 +33,8 @@ class TranslateOptions:
     beam_size: int = 1  # as LoopOptions.beam_size (1: greedy, the live loop's default)
     # as LoopOptions.redecode: an unsure greedy decode decoded again with a beam (None: greedy only)
     redecode: RedecodeOptions | None = field(default_factory=RedecodeOptions)
+    # as LoopOptions.split: a transcript too sparse for its utterance decoded again in pieces (None: never)
+    split: SplitOptions | None = field(default_factory=SplitOptions)
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ def translate_audio(stages: Stages, audio: np.ndarray, options: TranslateOptions
                                                   languages=options.languages,
                                                   endpoint=options.endpoint, partials=False,
                                                   turn=options.turn, beam_size=options.beam_size,
-                                                  redecode=options.redecode))
+                                                  redecode=options.redecode, split=options.split))
     traces = loop.run()
     utts = [Utterance.from_trace(t) for t in traces if t.translation]
     return utts, sink.audio(min_seconds=len(audio) / SAMPLE_RATE), rate

@@ -220,6 +220,29 @@ def test_redecode_flag_is_parsed_on_every_loop_command_and_checked():
         _no_traceback(bad)
 
 
+def test_split_flag_is_parsed_on_every_loop_command_and_checked():
+    """--split TOKENS_PER_S|off sets LoopOptions.split (default SplitOptions(): on at 1.2) on translate, run, bench
+    and eval --noise; the service reads [loop] split_below (0: off); a bad value is a named error (exit 2)."""
+    from edge_rt.cli import build_parser
+    from edge_rt.config import Config
+    from edge_rt.loop.options import LoopOptions, SplitOptions
+
+    parse = build_parser().parse_args
+    assert LoopOptions(target="pt").split == SplitOptions() == parse(["run", "--to", "pt"]).split
+    commands = (["translate", "x.wav", "--to", "pt"], ["run", "--to", "pt"], ["bench"], ["eval", "--noise"])
+    for command in commands:
+        assert parse([*command, "--split", "2"]).split == SplitOptions(below_tokens_per_s=2.0)
+        assert parse([*command, "--split", "off"]).split is None
+    assert Config.from_dict({"loop": {"split_below": 0}}).loop.split_below == 0
+    assert Config().loop.split_below == SplitOptions.below_tokens_per_s
+    with pytest.raises(Exception, match="split_below"):
+        Config.from_dict({"loop": {"split_below": -1}})
+    for command in (commands[0], commands[2]):
+        bad = run_cli(*command, "--split", "-1")
+        assert bad.returncode == 2 and "--split takes off or a rate above 0" in bad.stderr, bad.stderr
+        _no_traceback(bad)
+
+
 def test_complete_after_ms_reaches_the_turn_policy_and_is_checked():
     """--complete-after-ms sets TurnOptions.complete_after_ms; --loudspeaker keeps 64 unless it is given; a value
     the policy refuses is a named error (exit 2), not a traceback."""

@@ -15,7 +15,9 @@ total decode time, and the babble-alone items with text.
     python tools/tune_redecode.py --items 40 [--seed 53] [--candidates off,-0.3,-0.5,-0.7,beam]
 
 A limit may carry the rules for taking the beam's words (RedecodeOptions): ``-0.5:3:0.5`` is LIMIT:REPEAT_WORDS:MIN_KEPT
-(``--candidates=-0.5:3:0,-0.5:3:0.5``: the ``=`` keeps argparse from reading the leading minus as an option).
+(``--candidates=-0.5:3:0,-0.5:3:0.5``: the ``=`` keeps argparse from reading the leading minus as an option),
+and ``+splitLIMIT[:PIECES[:MIN_GAIN[:EMPTY]]]`` (EMPTY 1 or 0) after any candidate turns LoopOptions.split on (SplitOptions), e.g.
+``--candidates=-0.5:3:0.5,-0.5:3:0.5+split1.2``; without it the split is off.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tune_unsure import _at, talkers_and_stages  # noqa: E402  (the same generated talkers)
 
-from edge_rt.loop.options import LoopOptions, RedecodeOptions  # noqa: E402
+from edge_rt.loop.options import LoopOptions, RedecodeOptions, SplitOptions  # noqa: E402
 from edge_rt.measure.noise import make_noise, mix_at_snr  # noqa: E402
 from edge_rt.measure.noise_eval import run_loop  # noqa: E402
 from edge_rt.measure.scoring import wer  # noqa: E402
@@ -69,7 +71,12 @@ class _TimedAsr:
 
 
 def loop_options(spec: str) -> LoopOptions:
-    base = LoopOptions(target="en", partials=False, redecode=None)
+    spec, _, split = spec.partition("+split")  # ...+splitLIMIT[:PIECES[:MIN_GAIN[:EMPTY]]]: LoopOptions.split too
+    base = LoopOptions(target="en", partials=False, redecode=None, split=None)
+    if split:
+        keys, types = ("below_tokens_per_s", "pieces", "min_gain", "empty"), (float, int, float, lambda v: v == "1")
+        base = dataclasses.replace(base, split=SplitOptions(**{k: t(v) for k, t, v in zip(keys, types,
+                                                                                           split.split(":"))}))
     if spec == "off":
         return base
     if spec == "beam":

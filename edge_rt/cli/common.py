@@ -69,6 +69,31 @@ def add_redecode_arg(p) -> None:
                         f"most of the gap to faster-whisper's beam; clean speech is rarely decoded twice (README, Noise)")
 
 
+def split(text: str):
+    """``--split``: ``off``, or the text tokens per second of utterance below which a transcript is decoded again in
+    pieces (LoopOptions.split)."""
+    from edge_rt.loop.split import SplitOptions
+
+    if text.strip().lower() == "off":
+        return None
+    try:
+        return SplitOptions(below_tokens_per_s=float(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--split takes off or a rate above 0 (text tokens per second of utterance), "
+                                         f"e.g. --split 1.2; got {text!r}") from None
+
+
+def add_split_arg(p) -> None:
+    """--split: when a transcript too sparse for its utterance is decoded again in pieces (LoopOptions.split)."""
+    from edge_rt.loop.split import SplitOptions
+
+    p.add_argument("--split", type=split, default=SplitOptions(), metavar="TOKENS_PER_S|off",
+                   help=f"decode an utterance again in pieces, cut at its quietest moments, when its transcript has "
+                        f"fewer text tokens than this per second (default {SplitOptions.below_tokens_per_s}; off: "
+                        f"never). In noise Whisper can end a decode early and drop the rest of a sentence (README, "
+                        f"Noise)")
+
+
 def beam_size(text: str) -> int:
     """``--beam``: 1 (greedy) to 16 hypotheses."""
     try:

@@ -40,7 +40,7 @@ def _cmd_translate(args: argparse.Namespace) -> int:
     spoken, languages = _sources(args.source)
     utts, track, rate = translate_audio(stages, audio, TranslateOptions(target=args.to, source=spoken,
                                                                         languages=languages, beam_size=args.beam,
-                                                                        redecode=args.redecode,
+                                                                        redecode=args.redecode, split=args.split,
                                                                         turn=turn))
     write_audio(out, track, rate)
     run_s = time.perf_counter() - t1
@@ -49,6 +49,7 @@ def _cmd_translate(args: argparse.Namespace) -> int:
                           "sample_rate": rate, "load_s": round(load_s, 3), "run_s": round(run_s, 3),
                           "beam_size": args.beam,
                           "redecode": None if args.redecode is None else args.redecode.below_logprob,
+                          "split": None if args.split is None else args.split.below_tokens_per_s,
                           "backend": {"name": pipe.backend.name, "reason": pipe.backend.reason}},
                          ensure_ascii=False, indent=2))
     else:
@@ -106,7 +107,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                           endpoint=EndpointOptions(hangover_ms=args.hangover_ms), turn=_turn_options(args),
                           frontend=FrontEndOptions() if args.loudspeaker else None,
                           barge_in=args.barge_in or ("pause" if args.loudspeaker else "continue"),
-                          beam_size=args.beam, redecode=args.redecode)
+                          beam_size=args.beam, redecode=args.redecode, split=args.split)
     recording = None
     if args.record:  # field test: session folder + flight recorder (edge_rt/ops/session.py)
         from edge_rt.ops.flight import FlightOptions

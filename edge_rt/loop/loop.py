@@ -136,6 +136,7 @@ class Loop:
             except BeamUnsupportedError as e:
                 self.redecode_off = str(e)
         self.redecoded = 0  # utterance decodes taken from the beam's second decode
+        self.split = 0  # utterance decodes taken from their pieces (LoopOptions.split)
         # Fail now, not on the first utterance.
         if options.source is not None:
             stages.route(options.source, options.target)
@@ -403,6 +404,7 @@ class Loop:
         hyp = recognize(self.stages, self.options, self._level(self.history.slice(start, end)), end,
                         self.source.clock, context, self.phrases, joint, self._final_asr, self._redecode_asr)
         self.redecoded += hyp.redecoded
+        self.split += hyp.split
         return hyp
 
     def _rate(self) -> float:
@@ -430,7 +432,7 @@ class Loop:
             self.heard_kept += 1
         # Work done ahead counts as ready when the end was declared.
         detected = tr.t_ns["end_detected"]
-        tr.lang, tr.text, tr.redecoded = hyp.lang, hyp.text, hyp.redecoded
+        tr.lang, tr.text, tr.redecoded, tr.split = hyp.lang, hyp.text, hyp.redecoded, hyp.split
         self._errors_in_row = 0  # ASR and MT worked; a TTS failure is counted again
         if not _has_words(hyp):  # "" or a lone "." on noise
             tr.dropped = "no speech recognised (silence or noise)"

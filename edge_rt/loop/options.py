@@ -13,10 +13,11 @@ from edge_rt.loop.overload import OverloadOptions
 from edge_rt.loop.turn_policy import TurnOptions
 from edge_rt.loop.output import BARGE_IN
 from edge_rt.loop.redecode import RedecodeOptions
+from edge_rt.loop.split import SplitOptions
 from edge_rt.stages.gain import GainOptions
 from edge_rt.units import VAD_FRAME_MS
 
-__all__ = ["LoopOptions", "RedecodeOptions"]
+__all__ = ["LoopOptions", "RedecodeOptions", "SplitOptions"]
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,11 @@ class LoopOptions:
     # it; a beam always 29.8 %), empties and babble-alone text unchanged, Whisper's decode time +26 % on seed 53
     # (a beam always +98 %). Reported on the eval clips in README (Noise).
     redecode: RedecodeOptions | None = field(default_factory=RedecodeOptions)
+    # A transcript that says too little for its utterance's length (Whisper's decode ended early in noise) is decoded
+    # again in pieces cut at its quietest moments, and the pieces' words are taken when there are clearly more of
+    # them (split.py, SplitOptions; every route: the rate does not depend on the task). None: never. Defaults: see
+    # SplitOptions (chosen on generated audio; README, Noise, reports the eval clips).
+    split: SplitOptions | None = field(default_factory=SplitOptions)
 
     def __post_init__(self):
         if self.barge_in not in BARGE_IN:

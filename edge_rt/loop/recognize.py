@@ -18,6 +18,7 @@ from edge_rt.loop.continuation import continuation
 from edge_rt.loop.foreground import foreground_start
 from edge_rt.loop.options import LoopOptions
 from edge_rt.loop.phrase_cache import PhraseCache
+from edge_rt.loop.split import cuts, sparse
 from edge_rt.loop.stages import Stages
 from edge_rt.measure.scoring import normalize
 from edge_rt.stages.gain import apply_gain
@@ -43,6 +44,7 @@ class Hypothesis:
     phrase: tuple | None = None  # its key in the phrase cache (PhraseCache.key), None: not cached
     end_mark_prob: float = float("nan")  # Whisper's P(sentence-final mark) where the text ends (AsrResult)
     redecoded: bool = False  # the words are a beam's, decoded again after an unsure greedy decode (redecode)
+    split: bool = False  # the words are its pieces', decoded again after a sparse decode (split.py)
 
 
 def level(audio: np.ndarray, options: LoopOptions) -> np.ndarray:
@@ -94,6 +96,10 @@ def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int,
     repeat themselves or drop most of greedy's (:func:`_take_beam`; the greedy decode has passed the gates: the
     beam's is not judged again). A translate route's decode is not. None: no
     second decode.
+
+    A transcript (or translation) with too few tokens for the utterance's length (``options.split``: Whisper ended
+    early) is decoded once more in pieces cut at the utterance's quietest moments, and their words are taken when
+    there are clearly more of them (:func:`_pieces`, :mod:`edge_rt.loop.split`).
     """
     asr = asr or stages.asr
     target = options.target
@@ -114,7 +120,7 @@ def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int,
         if heard_again:
             first, heard = again, heard_again
             audio, joint = talker, None  # a second decode (redecode) hears the talker too
-    redecoded = False
+    redecoded = split = False
     # Transcripts only: the limit was tuned on them, and a Whisper translation scores lower than a transcript of
     # the same speech (see _unsure_transcript), so most translated utterances would be decoded twice.
     if heard and redecode is not None and options.redecode is not None \
@@ -123,6 +129,11 @@ def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int,
         again = decode(redecode, audio, joint)
         if _take_beam(options, context, first, again):
             first, heard, redecoded = again, again.text.strip(), True
+    if options.split is not None and (heard or options.split.empty) \
+            and sparse(_tokens(asr, heard), len(audio), options.split):
+        pieces = _pieces(asr, options, context, audio, first, heard, task, kw)
+        if pieces is not None:
+            first, heard, split = pieces, pieces.text, True
     if not heard:
         now = clock.now_ns()
         return Hypothesis(end, first.language, "", "", now, now)
@@ -144,7 +155,7 @@ def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int,
         phrases.put_translation(key, spoken, 0.0)  # no MT on this route: the entry holds the first clause
     return Hypothesis(end, first.language, "" if translated else heard, spoken, asr_ns, clock.now_ns(),
                       source_pending=translated, phrase=key, end_mark_prob=first.end_mark_prob,
-                      redecoded=redecoded)
+                      redecoded=redecoded, split=split)
 
 
 def _heard(asr, options: LoopOptions, context: AsrContext, audio: np.ndarray, result, task) -> str:
@@ -174,15 +185,54 @@ def _take_beam(options: LoopOptions, context: AsrContext, greedy, beam) -> bool:
     return len(_words(beam)) >= o.min_kept * len(_words(greedy))
 
 
+def _pieces(asr, options: LoopOptions, context: AsrContext, audio: np.ndarray, whole, heard: str, task, kw: dict):
+    """``audio`` decoded again in pieces cut at its quietest moments (``options.split``, :mod:`edge_rt.loop.split`):
+    a result whose text joins the pieces' kept texts, or None when they say nothing, do not hold ``min_gain`` times
+    the tokens of ``heard`` (``whole``'s text, or "" when the gates dropped it), repeat themselves where ``whole``
+    does not, or were heard in different languages. Each piece passes the gates (Whisper's no-speech rule, the
+    unsure gate) on its own: a piece of background says nothing.
+
+    Each piece detects its language as ``whole`` did (``kw``): a decode that ended early can be a detection gone
+    wrong too (en_fleurs_1728 in 10 dB babble: Vietnamese at probability 0.19, "The"; its pieces English at 0.97 and
+    more), and the result is in the pieces' language, so the route follows them."""
+    o = options.split
+    bounds = [0, *cuts(audio, o), len(audio)]
+    if len(bounds) < 3:
+        return None
+    texts, results = [], []
+    for a, b in zip(bounds, bounds[1:]):
+        piece = asr.transcribe(audio[a:b], task=task, **kw)
+        results.append(piece)
+        if text := _heard(asr, options, context, audio[a:b], piece, task):
+            texts.append(text)
+    if len({r.language for r in results}) > 1:
+        return None
+    text = " ".join(texts)
+    tokens = _tokens(asr, text)
+    if not tokens or tokens < o.min_gain * _tokens(asr, heard):
+        return None
+    joined = replace(whole, text=text, language=results[0].language,
+                     language_prob=min(r.language_prob for r in results),
+                     avg_logprob=min(r.avg_logprob for r in results), end_mark_prob=results[-1].end_mark_prob)
+    if _repeats(options, context, joined, o.repeat_words) and not _repeats(options, context, whole, o.repeat_words):
+        return None
+    return joined
+
+
+def _tokens(asr, text: str) -> int:
+    """Whisper text tokens of ``text`` (as the decoder writes it, after a space)."""
+    return len(asr.tokenizer.encode(" " + text)) if text else 0
+
+
 def _words(result) -> list[str]:
     return [w for w in (normalize(w, result.language) for w in result.text.split()) if w]
 
 
 def _repeats(options: LoopOptions, context: AsrContext, result, block: int) -> bool:
-    """Whether ``result``'s words say something twice: ``block`` (RedecodeOptions.repeat_words) or more words right
-    after themselves, or, for a follow-up, the previous utterance's text again at its start. A beam can: tiny.en
-    wrote JFK's "And so my fellow American. And so my fellow American." where greedy wrote it once; a speaker seldom
-    repeats three words in a row, and a second decode that does is not taken over a first that does not."""
+    """Whether ``result``'s words say something twice: ``block`` (RedecodeOptions/SplitOptions.repeat_words) or more
+    words right after themselves, or, for a follow-up, the previous utterance's text again at its start. A beam can:
+    tiny.en wrote JFK's "And so my fellow American. And so my fellow American." where greedy wrote it once; a speaker
+    seldom repeats three words in a row, and a second decode that does is not taken over a first that does not."""
     words = _words(result)
     n = len(words)
     if any(words[i:i + k] == words[i + k:i + 2 * k] for k in range(block, n // 2 + 1) for i in range(n - 2 * k + 1)):

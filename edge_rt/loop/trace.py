@@ -40,6 +40,7 @@ class UtteranceTrace:
     end_reason: str = ""  # silence | complete | hangover | max_pause (turn policy) | max_length | flush
     speculative: bool = False  # the final hypothesis was computed during the pause, before the end
     redecoded: bool = False  # its words are a beam's, after a greedy decode Whisper was unsure of (redecode)
+    split: bool = False  # its words are its pieces', after a decode that said too little for its length (split.py)
     t_ns: dict[str, int] = field(default_factory=dict)
 
     def stamp(self, event: str, t_ns: int) -> None:

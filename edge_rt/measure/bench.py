@@ -43,7 +43,7 @@ from edge_rt.audio.files import read_audio
 from edge_rt.audio.sinks import PacedFileSink
 from edge_rt.audio.sources import PacedFileSource
 from edge_rt.loop.loop import Loop, LoopOptions
-from edge_rt.loop.options import RedecodeOptions
+from edge_rt.loop.options import RedecodeOptions, SplitOptions
 from edge_rt.loop.stages import Stages
 from edge_rt.loop.trace import UtteranceTrace, percentiles
 from edge_rt.loop.turn_policy import TurnOptions
@@ -93,11 +93,13 @@ class BenchOptions:
     beam_size: int = 1  # the loop's beam search for the text it translates (LoopOptions.beam_size)
     # an unsure greedy decode decoded again with a beam (LoopOptions.redecode; None: greedy only)
     redecode: RedecodeOptions | None = field(default_factory=RedecodeOptions)
+    # a transcript too sparse for its utterance decoded again in pieces (LoopOptions.split; None: never)
+    split: SplitOptions | None = field(default_factory=SplitOptions)
 
     def loop_options(self, target: str) -> LoopOptions:
         return LoopOptions(target=target, partials=self.partials, speculate_after_ms=self.speculate_after_ms,
                            turn=self.turn if self.turn_policy else None, beam_size=self.beam_size,
-                           redecode=self.redecode)
+                           redecode=self.redecode, split=self.split)
 
     def target_for(self, lang: str) -> str:
         """English clips are spoken in Portuguese, every other language in English."""
@@ -403,7 +405,9 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
                  "partials_stopped": sum(r.partials_stopped for r in results),
                  # decodes redone with a beam after an unsure greedy decode (LoopOptions.redecode; None: off)
                  "redecode_below": options.redecode.below_logprob if options.redecode else None,
-                 "redecoded": sum(r.redecoded for r in results)},
+                 "redecoded": sum(r.redecoded for r in results),
+                 # utterances whose words came from their pieces after a sparse decode (LoopOptions.split; None: off)
+                 "split": sum(t.split for r in results for t in r.traces) if options.split else None},
         "slowdown": options.slowdown or None,
         "oracle": f"end of the last 32 ms frame with Silero p >= {ORACLE_THRESHOLD} over the whole clip",
         "serial": "the loop's engines one after the other on the whole utterance: the loop's hangover, one "

@@ -235,6 +235,7 @@ def _loop_row(stages: Stages, audio: np.ndarray, lo: LoopOptions, reference: dic
         "text": " ".join(t.text for t in traces if t.text).strip(),
         "utterances": len(traces),
         "end_reasons": [t.end_reason for t in traces],
+        "split": sum(t.split for t in traces),  # utterances said from their pieces (LoopOptions.split)
         "langs": sorted({t.lang for t in traces if t.lang}),
         "invented": [u[2] for u in invented(said, ref_spans)],
         "drops": drops.reasons,

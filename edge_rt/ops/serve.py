@@ -117,6 +117,7 @@ class Server:
         from edge_rt.loop.endpoint import EndpointOptions
         from edge_rt.loop.loop import LoopOptions
         from edge_rt.loop.redecode import RedecodeOptions
+        from edge_rt.loop.split import SplitOptions
         from edge_rt.loop.turn_policy import TurnOptions
         from edge_rt.pipeline import StageOptions, load_stages
         from edge_rt.pack import BuiltPack
@@ -132,6 +133,7 @@ class Server:
                               turn=TurnOptions(complete_after_ms=c.loop.complete_after_ms),
                               redecode=(RedecodeOptions(below_logprob=c.loop.redecode_below)
                                         if c.loop.redecode_below < 0 else None),
+                              split=SplitOptions(below_tokens_per_s=c.loop.split_below) if c.loop.split_below > 0 else None,
                               keep_traces=1000)  # always on: memory must not grow with every utterance
         if c.metrics.port:  # one registry for the whole service life, across audio reopenings
             from edge_rt.ops.metrics import Metrics
