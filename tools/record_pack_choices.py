@@ -3,7 +3,9 @@
 
 CI builds the default pack from scratch (`tools/test.sh`), then `tests/build/test_pack_choices.py`
 checks that its build chose every model's precision and recipe as the build recorded here did, and
-gated on the same number of reference words. Re-record after a change that is meant to change a
+gated on the same number of reference words. One record per class of integer products (VNNI, AVX2
+only: `edge_rt.build.manifest.integer_products`), since INT8 accuracy differs between them; recording
+on one class keeps the others' records. Re-record after a change that is meant to change a
 choice (a recipe, the plan, a gate), on a fresh build:
 
     python tools/build_engines.py --pack default --force
@@ -21,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from edge_rt.build.manifest import gate_words, int8_choices  # noqa: E402
+from edge_rt.build.manifest import gate_words, int8_choices, integer_products  # noqa: E402
 from edge_rt.pack import BuiltPack  # noqa: E402
 
 RECORD = Path(__file__).resolve().parents[1] / "tests" / "build" / "pack_choices.json"
@@ -48,8 +50,12 @@ def main(argv=None) -> int:
         m = BuiltPack.load(name).manifest
         packs[name] = {"built_at": m.get("built_at"), "choices": int8_choices(m), "gate_words": gate_words(m)}
     record = {"recorded": time.strftime("%Y-%m-%d"), "machine": _cpu(), "packs": packs}
-    args.out.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    whole = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    whole.setdefault("note", "one record per class of integer products (edge_rt.build.manifest.integer_products): "
+                             "INT8 accuracy, so the gates' choices, differ between them")
+    whole.setdefault("by_integer_products", {})[integer_products()] = record  # the other classes' records stay
+    args.out.write_text(json.dumps(whole, indent=2) + "\n")
+    print(f"wrote {args.out} ({integer_products()} integer products)")
     for name, p in packs.items():
         print(f"{name}: " + ", ".join(f"{k} {v}" for k, v in p["choices"].items()))
     return 0
