@@ -45,18 +45,24 @@ def _show_caption(console):
     return show
 
 
+def _off_or(text: str, flag: str, make, expected: str):
+    """A ``--flag off|NUMBER`` value: None for ``off``, else ``make(number)``; a bad value (not a number, or one
+    ``make`` refuses) is argparse's error naming ``expected``."""
+    if text.strip().lower() == "off":
+        return None
+    try:
+        return make(float(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{flag} takes off or {expected}; got {text!r}") from None
+
+
 def redecode(text: str):
     """``--redecode``: ``off``, or the average log-probability below which a greedy decode is decoded again with a
     beam of 5 (LoopOptions.redecode)."""
     from edge_rt.loop.redecode import RedecodeOptions
 
-    if text.strip().lower() == "off":
-        return None
-    try:
-        return RedecodeOptions(below_logprob=float(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--redecode takes off or a log-probability below 0, e.g. --redecode -0.5; "
-                                         f"got {text!r}") from None
+    return _off_or(text, "--redecode", lambda v: RedecodeOptions(below_logprob=v),
+                   "a log-probability below 0, e.g. --redecode -0.5")
 
 
 def add_redecode_arg(p) -> None:
@@ -74,13 +80,8 @@ def split(text: str):
     pieces (LoopOptions.split)."""
     from edge_rt.loop.split import SplitOptions
 
-    if text.strip().lower() == "off":
-        return None
-    try:
-        return SplitOptions(below_tokens_per_s=float(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--split takes off or a rate above 0 (text tokens per second of utterance), "
-                                         f"e.g. --split 1.2; got {text!r}") from None
+    return _off_or(text, "--split", lambda v: SplitOptions(below_tokens_per_s=v),
+                   "a rate above 0 (text tokens per second of utterance), e.g. --split 1.2")
 
 
 def add_split_arg(p) -> None:
