@@ -5,8 +5,9 @@ as "The cabab" (greedy and beam alike), at 5 dB pink noise en_fleurs_1846's as "
 while the VAD held the whole sentence (README, Noise). Whisper's own answer is a seek past the last timestamp; the
 loop decodes without timestamps, but the rate gives it away: those transcripts said 0.4-0.7 words per second of
 utterance where speech says 2-3. Decoded again in pieces cut at the quietest moments, each piece is a decode of its
-own, and an early end costs one piece's words, not the rest of the sentence ("the Cabbage Juice Chainscullard
-depending on how acidic. Basic alkaline, the chemical is.").
+own, and an early end costs one piece's words, not the rest of the sentence (1728 in three pieces: "depending on how
+acidic, basic. and outline the chemical is.", its first piece's "The cab is juiced." dropped by the unsure gate; in
+two: "the Cabbage Juice Chainscullard depending on how acidic. Basic alkaline, the chemical is.").
 """
 
 from __future__ import annotations
