@@ -130,8 +130,8 @@ def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int,
         if _take_beam(options, context, first, again):
             first, heard, redecoded = again, again.text.strip(), True
     if options.split is not None and (heard or options.split.empty) \
-            and sparse(_tokens(asr, heard), len(audio), options.split):
-        pieces = _pieces(asr, options, context, audio, first, heard, task, kw)
+            and sparse(said := _tokens(asr, heard), len(audio), options.split):
+        pieces = _pieces(asr, options, context, audio, first, said, task, kw)
         if pieces is not None:
             first, heard, split = pieces, pieces.text, True
     if not heard:
@@ -185,10 +185,10 @@ def _take_beam(options: LoopOptions, context: AsrContext, greedy, beam) -> bool:
     return len(_words(beam)) >= o.min_kept * len(_words(greedy))
 
 
-def _pieces(asr, options: LoopOptions, context: AsrContext, audio: np.ndarray, whole, heard: str, task, kw: dict):
+def _pieces(asr, options: LoopOptions, context: AsrContext, audio: np.ndarray, whole, said: int, task, kw: dict):
     """``audio`` decoded again in pieces cut at its quietest moments (``options.split``, :mod:`edge_rt.loop.split`):
     a result whose text joins the pieces' kept texts, or None when they say nothing, do not hold ``min_gain`` times
-    the tokens of ``heard`` (``whole``'s text, or "" when the gates dropped it), repeat themselves where ``whole``
+    ``said``, the tokens of ``whole``'s kept text (0 when the gates dropped it), repeat themselves where ``whole``
     does not, or were heard in different languages. Each piece passes the gates (Whisper's no-speech rule, the
     unsure gate) on its own: a piece of background says nothing.
 
@@ -209,7 +209,7 @@ def _pieces(asr, options: LoopOptions, context: AsrContext, audio: np.ndarray, w
         return None
     text = " ".join(texts)
     tokens = _tokens(asr, text)
-    if not tokens or tokens < o.min_gain * _tokens(asr, heard):
+    if not tokens or tokens < o.min_gain * said:
         return None
     joined = replace(whole, text=text, language=results[0].language,
                      language_prob=min(r.language_prob for r in results),
