@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from edge_rt.build.manifest import gate_words, int8_choices, integer_products  # noqa: E402
+from edge_rt.build.manifest import cpu_flags, gate_words, int8_choices, integer_products  # noqa: E402
 from edge_rt.pack import BuiltPack  # noqa: E402
 
 RECORD = Path(__file__).resolve().parents[1] / "tests" / "build" / "pack_choices.json"
@@ -35,7 +35,7 @@ def _cpu() -> str:
     except OSError:
         return platform.processor() or platform.machine()
     name = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "?")
-    flags = next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), [])
+    flags = cpu_flags(info)
     isa = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "asimddp") if f in flags]
     return f"{name} ({', '.join(isa) or 'no avx2'})"
 

@@ -140,19 +140,26 @@ def int8_choices(manifest: dict[str, Any]) -> dict[str, str]:
     return {name: f"{m['precision']}:{(m.get('recipe') or {}).get('name', '-')}" for name, m in _int8_models(manifest)}
 
 
+def cpu_flags(info: str | None = None) -> list[str]:
+    """The CPU's feature flags from /proc/cpuinfo's text ``info`` (None: read it; [] where there is none): x86's
+    ``flags`` line, or Arm's ``Features``."""
+    if info is None:
+        try:
+            info = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return []
+    lines = [ln.split(":", 1)[1] for ln in info.splitlines() if ln.startswith(("flags", "Features"))]
+    return lines[0].split() if lines else []
+
+
 def integer_products(flags: list[str] | None = None) -> str:
     """How this CPU multiplies int8 (``vnni``: dot-product instructions, x86 VNNI or Arm's ``asimddp``; ``avx2``: 16-bit
     pair sums, which ONNX Runtime's u8s8 kernels can saturate; ``other``): INT8 accuracy, so the gates' choices, differ
     between the classes. On the Whisper decoder's tied output projection (51,865 x 512) an AVX2-only EPYC measured
     WER +3.9 points [+1.3, +6.9] for its int8 twin where VNNI machines measured it level (2026-12-05).
-    ``flags``: /proc/cpuinfo's (None: read them)."""
+    ``flags``: /proc/cpuinfo's (None: read them, :func:`cpu_flags`)."""
     if flags is None:
-        try:
-            info = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            info = ""
-        lines = [ln.split(":", 1)[1] for ln in info.splitlines() if ln.startswith(("flags", "Features"))]
-        flags = lines[0].split() if lines else []
+        flags = cpu_flags()
     if any(f in flags for f in ("avx512_vnni", "avx_vnni", "asimddp")):
         return "vnni"
     return "avx2" if "avx2" in flags else "other"
