@@ -17,7 +17,8 @@ total decode time, and the babble-alone items with text.
 A limit may carry the rules for taking the beam's words (RedecodeOptions): ``-0.5:3:0.5`` is LIMIT:REPEAT_WORDS:MIN_KEPT
 (``--candidates=-0.5:3:0,-0.5:3:0.5``: the ``=`` keeps argparse from reading the leading minus as an option),
 and ``+splitLIMIT[:PIECES[:MIN_GAIN[:EMPTY]]]`` (EMPTY 1 or 0) after any candidate turns LoopOptions.split on (SplitOptions), e.g.
-``--candidates=-0.5:3:0.5,-0.5:3:0.5+split1.2``; without it the split is off.
+``--candidates=-0.5:3:0.5,-0.5:3:0.5+split1.2``; without it the split is off. ``+FIELD=VALUE`` (after the rest) sets any
+other number of the loop's options, a dotted path into LoopOptions, e.g. ``+endpoint.preroll_ms=400``.
 """
 
 from __future__ import annotations
@@ -70,8 +71,27 @@ class _TimedAsr:
         return getattr(self._asr, name)
 
 
+def _set(options, path: str, value: str):
+    """``options`` with the number at dotted ``path`` (``endpoint.preroll_ms``) set to ``value``, typed as the old one."""
+    head, _, rest = path.partition(".")
+    old = getattr(options, head)
+    new = _set(old, rest, value) if rest else type(old)(float(value) if isinstance(old, float) else int(value))
+    return dataclasses.replace(options, **{head: new})
+
+
 def loop_options(spec: str) -> LoopOptions:
-    spec, _, split = spec.partition("+split")  # ...+splitLIMIT[:PIECES[:MIN_GAIN[:EMPTY]]]: LoopOptions.split too
+    spec, *sets = spec.split("+")  # ...+FIELD=VALUE: any other number of LoopOptions too
+    split = next((s[len("split"):] for s in sets if s.startswith("split")), "")
+    sets = [s for s in sets if "=" in s]
+    options = _loop_options(spec, split)
+    for s in sets:
+        path, _, value = s.partition("=")
+        options = _set(options, path, value)
+    return options
+
+
+def _loop_options(spec: str, split: str) -> LoopOptions:
+    # split: LIMIT[:PIECES[:MIN_GAIN[:EMPTY]]] from ...+splitLIMIT..., LoopOptions.split; "": off
     base = LoopOptions(target="en", partials=False, redecode=None, split=None)
     if split:
         keys, types = ("below_tokens_per_s", "pieces", "min_gain", "empty"), (float, int, float, lambda v: v == "1")
