@@ -80,9 +80,10 @@ def _set(options, path: str, value: str):
 
 
 def loop_options(spec: str) -> LoopOptions:
+    full = spec
     spec, *sets = spec.split("+")  # ...+FIELD=VALUE: any other number of LoopOptions too
     if unknown := [s for s in sets if not s.startswith("split") and "=" not in s]:
-        raise SystemExit(f"candidate {spec!r}: +{unknown[0]} is neither +splitLIMIT... nor +FIELD=VALUE")
+        raise SystemExit(f"candidate {full!r}: +{unknown[0]} is neither +splitLIMIT... nor +FIELD=VALUE")
     split = next((s[len("split"):] for s in sets if s.startswith("split")), "")
     sets = [s for s in sets if "=" in s]
     options = _loop_options(spec, split)
