@@ -165,14 +165,15 @@ class BeamStep:
 class _Hypothesis:
     tokens: tuple[int, ...]
     chain: tuple[int, ...]  # BeamCache slot of each fed token
-    logprob: float
+    logprob: float  # every pick's (the ranking)
     end_mark: float  # P(final mark) at its last mark, NaN before one
+    text_logprob: float = 0.0  # the text tokens' and <|endoftext|>'s only (timestamps left out), as greedy's sum
 
 
 @dataclass(frozen=True)
 class BeamResult:
     tokens: tuple[int, ...]
-    sum_logprob: float  # <|endoftext|> included when it ended
+    sum_logprob: float  # over the text tokens, and <|endoftext|> when it ended (not over timestamps)
     end_mark_prob: float  # NaN when it did not end with <|endoftext|>
 
 
@@ -192,7 +193,7 @@ class BeamSearch:
 
     def run(self, task, logits: np.ndarray, start: int, stop: Callable[[], bool] | None):
         kw = dict(size=self.size, eot=task.vocab.eot, marks=np.asarray(task.vocab.final_marks, np.int64),
-                  filters=task.filters, max_new_tokens=task.max_new_tokens, stop=stop)
+                  filters=task.filters, max_new_tokens=task.max_new_tokens, stop=stop, stamps=task.stamps)
         if self.cache is None:
             r = batched_beam_search(BeamStep.shared(task.inference, self.size), logits, start, **kw)
         else:
@@ -202,7 +203,7 @@ class BeamSearch:
 
 def beam_search(inference: WhisperInference, cache: BeamCache, logits: np.ndarray, start: int, *, size: int,
                 eot: int, marks: np.ndarray, filters: Sequence, max_new_tokens: int,
-                stop: Callable[[], bool] | None = None) -> BeamResult:
+                stop: Callable[[], bool] | None = None, stamps: int | None = None) -> BeamResult:
     """Decode after a prompt whose last step gave ``logits``; text tokens go at ``start ..``.
 
     At each step every live hypothesis proposes its ``size + 1`` best tokens; the ``size`` best
@@ -226,18 +227,19 @@ def beam_search(inference: WhisperInference, cache: BeamCache, logits: np.ndarra
                 logits = inference.step(h.tokens[-1], start + n - 1).copy()  # the step's buffer is reused
                 cache.keep(n - 1, j)
             rows.append(logits)
-        kept, done = _select(live, rows, n, size=size, eot=eot, marks=marks, filters=filters)
+        kept, done = _select(live, rows, size=size, eot=eot, marks=marks, filters=filters, stamps=stamps)
         finished += done[: max(size - len(finished), 0)]
         if len(finished) >= size or not kept:
             break
         live = [replace(h, chain=h.chain + (j,) if n else ()) for h, j in kept]
     else:  # the token limit: the live hypotheses compete too, with no verdict on their end
-        finished += [_Hypothesis(h.tokens, h.chain, h.logprob, float("nan")) for h in live]
+        finished += [replace(h, end_mark=float("nan")) for h in live]
     return _best(finished)
 
 
 def batched_beam_search(step: BeamStep, logits: np.ndarray, start: int, *, size: int, eot: int, marks: np.ndarray,
-                        filters: Sequence, max_new_tokens: int, stop: Callable[[], bool] | None = None) -> BeamResult:
+                        filters: Sequence, max_new_tokens: int, stop: Callable[[], bool] | None = None,
+                        stamps: int | None = None) -> BeamResult:
     """:func:`beam_search` with every live hypothesis in one decoder run per step (``step``: the decoder bound
     for the beam). The same proposals and choices; the scores differ only by the batched run's rounding."""
     if size > step.size:
@@ -252,45 +254,53 @@ def batched_beam_search(step: BeamStep, logits: np.ndarray, start: int, *, size:
             rows = step.run([h.tokens[-1] for h in live], start + n - 1)[: len(live)]
         else:
             rows = logits[None]
-        kept, done = _select(live, rows, n, size=size, eot=eot, marks=marks, filters=filters)
+        kept, done = _select(live, rows, size=size, eot=eot, marks=marks, filters=filters, stamps=stamps)
         finished += done[: max(size - len(finished), 0)]
         if len(finished) >= size or not kept:
             break
         step.reorder([j for _, j in kept], start, start + n)  # row k continues parent j's history
         live = [h for h, _ in kept]
     else:
-        finished += [_Hypothesis(h.tokens, h.chain, h.logprob, float("nan")) for h in live]
+        finished += [replace(h, end_mark=float("nan")) for h in live]
     return _best(finished)
 
 
-def _select(live: Sequence[_Hypothesis], rows, n: int, *, size: int, eot: int, marks: np.ndarray,
-            filters: Sequence) -> tuple[list[tuple[_Hypothesis, int]], list[_Hypothesis]]:
-    """One step's choice: ``rows[j]`` are live[j]'s logits after ``n`` text tokens (filtered here, in place).
+def _select(live: Sequence[_Hypothesis], rows, *, size: int, eot: int, marks: np.ndarray, filters: Sequence,
+            stamps: int | None = None) -> tuple[list[tuple[_Hypothesis, int]], list[_Hypothesis]]:
+    """One step's choice: ``rows[j]`` are live[j]'s logits after its tokens (filtered here, in place).
     Returns the kept continuations with their parent's index, and the hypotheses that finished."""
     mark_ids = set(int(m) for m in marks)
     proposals = []
     for j, (h, row) in enumerate(zip(live, rows)):
         for f in filters:
-            f.apply(row, n)
+            f.apply(row, h.tokens)
         logp = log_softmax(row)
         mark = float(np.exp(logp[marks]).sum()) if len(marks) else float("nan")
         top = np.argpartition(logp, -(size + 1))[-(size + 1):]
-        proposals += [(h.logprob + float(logp[t]), j, int(t), mark) for t in top]
+        proposals += [(h.logprob + float(logp[t]), j, int(t), mark, float(logp[t])) for t in top]
     proposals.sort(key=lambda p: -p[0])
     kept: list[tuple[_Hypothesis, int]] = []
     done: list[_Hypothesis] = []
-    for score, j, token, mark in proposals:
+    def is_stamp(t: int) -> bool:  # a timestamp, when decoding with them (``stamps``: <|0.00|>'s id)
+        return stamps is not None and t >= stamps
+
+    for score, j, token, mark, logp_t in proposals:
         h = live[j]
+        text_score = h.text_logprob + (0.0 if is_stamp(token) else logp_t)
+        # The text's end verdict: at a final mark, else at the pick after the last text token (<|endoftext|>,
+        # or a timestamp closing its segment).
+        closes = bool(h.tokens) and not is_stamp(h.tokens[-1]) and h.tokens[-1] not in mark_ids
+        end = mark if token in mark_ids or ((token == eot or is_stamp(token)) and closes) else h.end_mark
         if token == eot:
-            end = h.end_mark if h.tokens and h.tokens[-1] in mark_ids else mark
-            done.append(_Hypothesis(h.tokens, h.chain, score, end if h.tokens else float("nan")))
+            has_text = any(not is_stamp(t) for t in h.tokens)
+            done.append(_Hypothesis(h.tokens, h.chain, score, end if has_text else float("nan"), text_score))
             continue
         tokens = h.tokens + (token,)
         cut = repeated_tail(tokens)
         if cut:  # a loop: one copy, finished without a verdict on its end
-            done.append(_Hypothesis(tokens[:-cut], h.chain, score, float("nan")))
+            done.append(_Hypothesis(tokens[:-cut], h.chain, score, float("nan"), text_score))
             continue
-        kept.append((_Hypothesis(tokens, h.chain, score, mark if token in mark_ids else h.end_mark), j))
+        kept.append((_Hypothesis(tokens, h.chain, score, end, text_score), j))
         if len(kept) == size:
             break
     return kept, done
@@ -298,4 +308,4 @@ def _select(live: Sequence[_Hypothesis], rows, n: int, *, size: int, eot: int, m
 
 def _best(finished: Sequence[_Hypothesis]) -> BeamResult:
     best = max(finished, key=lambda h: h.logprob / max(len(h.tokens), 1))
-    return BeamResult(best.tokens, best.logprob, best.end_mark)
+    return BeamResult(best.tokens, best.text_logprob, best.end_mark)

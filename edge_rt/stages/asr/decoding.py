@@ -164,8 +164,9 @@ class WhisperInference:
 
 
 class LogitFilter(Protocol):
-    def apply(self, logits: np.ndarray, n_sampled: int) -> None:
-        """Mask tokens of float32 [n_vocab] ``logits`` in place; ``n_sampled`` tokens came before."""
+    def apply(self, logits: np.ndarray, sampled: Sequence[int]) -> None:
+        """Mask tokens of float32 [n_vocab] ``logits`` in place; ``sampled``: the tokens picked after
+        the prompt so far (text and, when decoding with timestamps, timestamp tokens)."""
         ...
 
 
@@ -175,7 +176,7 @@ class SuppressTokens:
 
     ids: np.ndarray  # int64 [k]
 
-    def apply(self, logits: np.ndarray, n_sampled: int) -> None:
+    def apply(self, logits: np.ndarray, sampled: Sequence[int]) -> None:
         logits[self.ids] = -np.inf
 
 
@@ -185,20 +186,75 @@ class SuppressBlank:
 
     ids: np.ndarray  # int64: the space token and <|endoftext|>
 
-    def apply(self, logits: np.ndarray, n_sampled: int) -> None:
-        if n_sampled == 0:
+    def apply(self, logits: np.ndarray, sampled: Sequence[int]) -> None:
+        if not sampled:
             logits[self.ids] = -np.inf
 
 
+@dataclass(frozen=True)
+class TimestampRules:
+    """OpenAI Whisper's ``ApplyTimestampRules``, for a prompt without ``<|notimestamps|>``.
+
+    Timestamps come in pairs (a segment's end and the next one's start) except just before
+    ``<|endoftext|>``; they never decrease and a segment has a nonzero length; the text starts with a
+    timestamp no later than ``max_initial`` steps (0.02 s each); and where the timestamps together are
+    more likely than any one text token, a timestamp is taken. The decoder was trained mostly this way:
+    faster-whisper decodes with them by default.
+
+    ``last``: the last timestamp index inside the encoder window (None: the model's 30 s). faster-whisper's
+    windows are 30 s; in a shorter one (this stage's buckets) Whisper, unbounded, went on past the end of
+    a 10-s window and transcribed the sentence a second time.
+    """
+
+    begin: int  # <|0.00|>
+    no_timestamps: int
+    eot: int
+    max_initial: int | None = 50  # 1.0 s, Whisper's max_initial_timestamp
+    last: int | None = None
+
+    def apply(self, logits: np.ndarray, sampled: Sequence[int]) -> None:
+        begin = self.begin
+        logits[self.no_timestamps] = -np.inf
+        last_start = None if self.last is None else max(self.last - 1, 0)  # a segment must fit before `last`
+        if not sampled:  # the text starts with a timestamp
+            logits[:begin] = -np.inf
+            bounds = [i for i in (self.max_initial, last_start) if i is not None]
+            if bounds:
+                logits[begin + min(bounds) + 1:] = -np.inf
+            return
+        last = sampled[-1] >= begin
+        penultimate = len(sampled) < 2 or sampled[-2] >= begin
+        if last:
+            if penultimate:  # a pair is complete: text follows
+                logits[begin:] = -np.inf
+            else:  # a segment's end: the next start or the end of the text
+                logits[: self.eot] = -np.inf
+                if last_start is not None:
+                    logits[begin + last_start + 1:] = -np.inf
+        elif self.last is not None:  # inside a segment: it ends by the end of the audio
+            logits[begin + self.last + 1:] = -np.inf
+        stamps = [t for t in sampled if t >= begin]
+        if stamps:  # never back in time, and no empty segment
+            floor = stamps[-1] if last and not penultimate else stamps[-1] + 1
+            logits[begin:floor] = -np.inf
+        logp = log_softmax(logits)
+        stamp_mass = np.logaddexp.reduce(logp[begin:])
+        if stamp_mass > logp[:begin].max():
+            logits[:begin] = -np.inf
+
+
 class GreedyDecoder:
-    """Argmax; accumulates the log-probability of every pick, ``<|endoftext|>`` included.
+    """Argmax; accumulates the log-probability of every pick, ``<|endoftext|>`` included, but of no
+    timestamp (ids from ``stamps``; None: every pick): the confidence limits that read it were set on
+    text decoded without timestamps.
 
     With ``marks`` (token ids of sentence-final marks) it also keeps, for the last pick, the
     probability mass the model put on ending the sentence there (:attr:`mark_mass`).
     """
 
-    def __init__(self, eot: int, marks: np.ndarray | None = None):
+    def __init__(self, eot: int, marks: np.ndarray | None = None, stamps: int | None = None):
         self.eot = eot
+        self.stamps = stamps
         self.sum_logprob = 0.0
         self.marks = marks
         self.mark_mass = float("nan")
@@ -206,7 +262,8 @@ class GreedyDecoder:
     def pick(self, logits: np.ndarray) -> int:
         token = int(logits.argmax())
         logp = log_softmax(logits)
-        self.sum_logprob += float(logp[token])
+        if self.stamps is None or token < self.stamps:
+            self.sum_logprob += float(logp[token])
         if self.marks is not None and len(self.marks):
             self.mark_mass = float(np.exp(logp[self.marks]).sum())
         return token
@@ -243,8 +300,8 @@ class DecodeStopped(Exception):
 class WindowResult:
     """Decoding of one encoder window."""
 
-    tokens: tuple[int, ...]  # text tokens, without the prompt or <|endoftext|>
-    sum_logprob: float  # natural log, over tokens and the final <|endoftext|>
+    tokens: tuple[int, ...]  # text tokens, without the prompt, timestamps or <|endoftext|>
+    sum_logprob: float  # natural log, over tokens and the final <|endoftext|> (not over timestamps)
     no_speech_prob: float  # P(<|nospeech|>) at the <|startoftranscript|> step
     language: str
     language_prob: float
@@ -314,6 +371,10 @@ class DecodingTask:
     filters: Sequence[LogitFilter]
     max_new_tokens: int
     search: TextSearch | None = None  # None: greedy
+    # The first timestamp id (<|0.00|>) when the prompt asks for timestamps (with TimestampRules among the
+    # filters): they are left out of the text and its score. None: <|notimestamps|>, every pick is kept as
+    # before (the model can still pick a timestamp token; the tokenizer writes no text for it).
+    stamps: int | None = None
 
     def _prompt(self, prompt_for: PromptFn, language: "str | LanguageChooser | None", previous: Sequence[int],
                 previous_language: str | None, candidates: Sequence[str] | None = None
@@ -376,31 +437,52 @@ class DecodingTask:
         logits, no_speech, language, language_prob, start = self._prompt(prompt_for, language, previous,
                                                                           previous_language, candidates)
         if self.search is not None:
-            tokens, sum_logprob, end_mark = self.search.run(self, logits, start, stop)
-            return WindowResult(tokens, sum_logprob, no_speech, language, language_prob, end_mark)
+            sampled, sum_logprob, end_mark = self.search.run(self, logits, start, stop)
+        else:
+            sampled, sum_logprob, end_mark = self._greedy(logits, start, stop)
+        if self.stamps is not None:
+            sampled = tuple(t for t in sampled if t < self.stamps)
+        return WindowResult(sampled, sum_logprob, no_speech, language, language_prob, end_mark)
+
+    def _greedy(self, logits: np.ndarray, start: int, stop: Callable[[], bool] | None
+                ) -> tuple[tuple[int, ...], float, float]:
+        """Argmax until ``<|endoftext|>``: (sampled tokens, sum of log-probabilities, end-mark probability).
+
+        The end-mark probability is read where the text ends: at the step that picked the last text
+        token when it is a final mark, else at the step after it (``<|endoftext|>``, or the timestamp
+        that closes its segment when decoding with timestamps).
+        """
+        eot, stamps = self.vocab.eot, self.stamps
         marks = np.asarray(self.vocab.final_marks, np.int64)
-        decoder, tokens = GreedyDecoder(self.vocab.eot, marks), []
+        decoder, sampled, text = GreedyDecoder(eot, marks, stamps), [], []
         end_mark, mark_ids, ended = float("nan"), set(self.vocab.final_marks), False
         for n in range(self.max_new_tokens):
             if stop is not None and stop():
                 raise DecodeStopped(f"stopped after {n} tokens")
             if n:
-                logits = self.inference.step(tokens[-1], start + n - 1)
+                logits = self.inference.step(sampled[-1], start + n - 1)
             for f in self.filters:
-                f.apply(logits, n)
+                f.apply(logits, sampled)
             token = decoder.pick(logits)
-            if token == self.vocab.eot:
+            stamp = stamps is not None and token >= stamps
+            open_text = bool(sampled) and not (stamps is not None and sampled[-1] >= stamps) \
+                and sampled[-1] not in mark_ids
+            if (token == eot or stamp) and open_text:  # the text ended without a mark: how close it came to one
+                end_mark = decoder.mark_mass
+            if token == eot:
                 ended = True
-                if n and tokens[-1] not in mark_ids:  # ended without a mark: how close it came to one
-                    end_mark = decoder.mark_mass
                 break
-            tokens.append(token)
+            sampled.append(token)
+            if stamp:
+                continue
+            text.append(token)
             if token in mark_ids:
                 end_mark = decoder.mark_mass
-            cut = repeated_tail(tokens)
+            cut = repeated_tail(text)
             if cut:  # a repetition loop: keep one copy and stop
-                del tokens[-cut:]
+                del text[-cut:]
+                sampled = text
                 break
         if not ended:
             end_mark = float("nan")  # cut at the token limit or a repetition loop: no verdict
-        return WindowResult(tuple(tokens), decoder.sum_logprob, no_speech, language, language_prob, end_mark)
+        return tuple(sampled), decoder.sum_logprob, end_mark

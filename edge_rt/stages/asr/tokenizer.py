@@ -49,6 +49,12 @@ class SpecialTokens:
     no_timestamps: int
     no_speech: int
 
+    @property
+    def timestamp_begin(self) -> int:
+        """``<|0.00|>``: Whisper's 1501 timestamp tokens (0.02 s apart) follow ``<|notimestamps|>`` in every
+        vocabulary, listed in ``tokenizer.json`` or not (tiny.en's lacks them; the model's logits have them)."""
+        return self.no_timestamps + 1
+
 
 class WhisperTokenizer:
     """Text <-> token ids, prompts and suppression lists for one Whisper model.
@@ -97,13 +103,15 @@ class WhisperTokenizer:
         """Text of the text tokens (ids below ``<|endoftext|>``); control tokens are dropped."""
         return self._tok.decode([t for t in tokens if t < self.special.eot])
 
-    def prompt(self, language: str, task: str) -> list[int]:
-        """Start sequence without timestamps, e.g. ``[sot, <|de|>, <|translate|>, <|notimestamps|>]``."""
+    def prompt(self, language: str, task: str, timestamps: bool = False) -> list[int]:
+        """Start sequence, e.g. ``[sot, <|de|>, <|translate|>, <|notimestamps|>]``; with ``timestamps`` the
+        last token is left out and the decoder writes timestamp tokens around its segments."""
         s = self.special
+        tail = [] if timestamps else [s.no_timestamps]
         if not self.multilingual:
-            return [s.sot, s.no_timestamps]
+            return [s.sot, *tail]
         task_id = s.transcribe if task == "transcribe" else s.translate
-        return [s.sot, self.language_ids[self.languages.index(language)], task_id, s.no_timestamps]
+        return [s.sot, self.language_ids[self.languages.index(language)], task_id, *tail]
 
     def previous_text(self, text: str, max_tokens: int) -> list[int]:
         """The last ``max_tokens`` text tokens of ``text`` (a leading space added, as faster-whisper's

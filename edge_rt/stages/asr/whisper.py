@@ -8,6 +8,7 @@ in the smallest bucket that holds it, and decoded greedily with Whisper's guards
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import zlib
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from edge_rt.stages.asr.decoding import (
     LanguageChooser,
     SuppressBlank,
     SuppressTokens,
+    TimestampRules,
     Vocabulary,
     WhisperInference,
     WindowResult,
@@ -65,6 +67,18 @@ class AsrOptions:
     # Hypotheses kept by beam search (Whisper's and faster-whisper's beam_size); 1 = greedy. Each costs
     # one decoder run per token (the decoder graph has batch 1) and 24 KB per token of K/V (Whisper base).
     beam_size: int = 1
+    # Decode with Whisper's timestamp tokens (the prompt without <|notimestamps|>, OpenAI Whisper's timestamp
+    # rules, each segment ended inside the encoder window; faster-whisper's default) and keep only the text.
+    # False: <|notimestamps|>, as CTranslate2's without_timestamps=True. Off: through the loop on the noisy
+    # eval's English mixes (`edge-rt eval --noise --kinds babble,pink,brown,music --snr 5,10`, one machine,
+    # 2026-12-05) it was worse everywhere: clean 6.05 -> 6.98 % WER, pink 5 dB 39.5 -> 40.9 %, pink 10 dB
+    # 14.4 -> 20.9 %, babble 10 dB 35.4 -> 55.3 % (README, Noise: "Tried, not kept").
+    timestamps: bool = False
+    # A window decoded in a detected language that writes no word while Whisper hears speech (P(no speech) at
+    # or under no_speech_threshold) is decoded once more, detected among the other languages (see
+    # Asr._other_languages): a misdetected language can leave the decoder writing nothing at all. Costs a
+    # second decode only then. False: the empty result stands.
+    retry_language: bool = True
 
     def __post_init__(self):
         if self.precision not in ("fp32", "int8"):
@@ -140,6 +154,8 @@ class Asr:
         filters = [SuppressTokens(np.asarray(tokenizer.suppress_tokens(options.suppress_tokens), np.int64))]
         if options.suppress_blank:
             filters.insert(0, SuppressBlank(np.asarray(tokenizer.blank_tokens(), np.int64)))
+        # With timestamps each window gets the rules bounded to its audio (see _task_for).
+        self._rules = TimestampRules(s.timestamp_begin, s.no_timestamps, s.eot) if options.timestamps else None
         search = None
         if options.beam_size > 1:
             search = BeamSearch.of(inference, options.beam_size, options.max_new_tokens)
@@ -251,6 +267,10 @@ class Asr:
         mel = melmod.log_mel(audio)
         total = melmod.content_frames(mel)
         windows = []
+
+        def prompt_for(lang: str) -> list[int]:
+            return self.tokenizer.prompt(lang, _resolve(task, lang, self.multilingual), self.options.timestamps)
+
         for start in range(0, max(total, 1), self._stride):
             frames = min(self._stride, total - start)
             bucket = self._bucket_for(frames)
@@ -260,8 +280,13 @@ class Asr:
                 continue
             frames_b = bucket_frames(bucket)
             self._inference.encode(melmod.window(mel, start, frames_b, out=self._inference.mel_buffer(frames_b)), stop)
-            r = self._task.run(lambda lang: self.tokenizer.prompt(lang, _resolve(task, lang, self.multilingual)),
-                               language, previous, previous_language, candidates, stop)
+            decode = self._task_for(frames_b)
+            r = decode.run(prompt_for, language, previous, previous_language, candidates, stop)
+            others = self._other_languages(r, language, candidates)
+            if others:  # heard speech, wrote nothing, in a detected language: the next likeliest one
+                again = decode.run(prompt_for, None, previous, previous_language, others, stop)
+                if _has_words(self.tokenizer.decode(again.tokens)):
+                    r = again
             if not isinstance(language, str):
                 language = r.language  # later windows keep the first window's language
             if previous:  # a later window follows this one's text, as Whisper's condition_on_previous_text
@@ -269,6 +294,33 @@ class Asr:
             text = self.tokenizer.decode(r.tokens).strip()
             windows.append(_Window(r, bucket, text, silent=self._is_silent(r, text)))
         return self._combine(windows)
+
+    def _other_languages(self, r: WindowResult, language, candidates) -> tuple[str, ...]:
+        """The languages to detect among again when the window ``r`` was decoded in a detected language
+        (``language`` not a code: None or a chooser), Whisper heard speech (P(no speech) at or under
+        ``no_speech_threshold``) and the decode wrote no word: every candidate but the one that failed.
+        () when it should not be decoded again (``AsrOptions.retry_language`` off, given language, silence,
+        words written, an English-only model).
+
+        Seen live (en_fleurs_luna with 320 ms of pre-roll): detected as Hawaiian (0.51, English 0.14), the
+        decode wrote only timestamp tokens and the clip came back empty, with P(no speech) 0.02.
+        """
+        o = self.options
+        if (not o.retry_language or isinstance(language, str) or not self.multilingual or r.tokens
+                and _has_words(self.tokenizer.decode(r.tokens))):
+            return ()
+        if o.no_speech_threshold is not None and r.no_speech_prob > o.no_speech_threshold:
+            return ()
+        return tuple(c for c in (candidates or self.languages) if c != r.language)
+
+    def _task_for(self, frames: int) -> DecodingTask:
+        """The decoding task of an encoder window of ``frames`` mel frames (its bucket): with timestamps,
+        the rules end the last segment inside it (a timestamp is 0.02 s, two frames), as a 30-s window
+        bounds faster-whisper's."""
+        if self._rules is None:
+            return self._task
+        rules = dataclasses.replace(self._rules, last=max(frames // 2, 1))
+        return dataclasses.replace(self._task, filters=(*self._task.filters, rules), stamps=rules.begin)
 
     def _candidates(self, languages: Sequence[str] | None) -> tuple[str, ...] | None:
         """``languages`` checked against the model's (None when every language may be detected)."""
@@ -335,6 +387,11 @@ class _Window:
     text: str
     silent: bool
     gated: bool = False  # skipped as digital silence, never decoded
+
+
+def _has_words(text: str) -> bool:
+    """Text with a letter or digit in it (not "", not a lone ".")."""
+    return any(c.isalnum() for c in text)
 
 
 def _resolve(task, language: str, multilingual: bool) -> str:

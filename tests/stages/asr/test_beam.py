@@ -53,7 +53,7 @@ def _forced_logprob(asr: Asr, audio: np.ndarray, tokens, bucket_s: int, lang: st
         if n:
             logits = inf.step(tokens[n - 1], len(prompt) + n - 1)
         for f in task.filters:
-            f.apply(logits, n)
+            f.apply(logits, tuple(tokens[:n]))
         total += float(log_softmax(logits)[token])
     return total
 

@@ -12,6 +12,7 @@ from edge_rt.errors import UnsupportedLanguageError
 from edge_rt.backends.factory import OrtEngines
 from edge_rt.measure.scoring import normalize, wer
 from edge_rt.stages.asr.whisper import Asr, AsrOptions, DecodeStopped, Prompt
+from edge_rt.stages.gain import GainOptions, apply_gain
 from edge_rt.units import SAMPLE_RATE, bucket_frames
 from edge_rt.stages.vad import SileroVad
 from tests.stages.cuts import MID_SENTENCE, PAUSE, speech_end
@@ -127,6 +128,23 @@ def test_prompt_is_bounded_to_the_last_tokens(asr, clips):
     assert len(asr.tokenizer.previous_text(long, asr.options.max_prompt_tokens)) == asr.options.max_prompt_tokens
 
 
+def test_a_detected_language_that_writes_nothing_is_followed_by_the_next_likeliest(asr, clips):
+    """en_fleurs_luna as the live loop heard it with 320 ms of pre-roll (levelled): Whisper detects Hawaiian
+    and writes only timestamp tokens though it hears speech; the clip came back empty. Decoded again among
+    the other languages it is English, with words."""
+    utterance = apply_gain(clips["en_fleurs_luna"][1][6144:44544], GainOptions())
+
+    def task(lang):
+        return "transcribe" if lang == "en" else "translate"  # the loop's route to another language
+
+    once = asr.with_options(AsrOptions(retry_language=False)).transcribe(utterance, task=task)
+    assert (once.language, once.text) == ("haw", "") and once.no_speech_prob < 0.1
+    again = asr.transcribe(utterance, task=task)
+    print(f"again: {again.language} {again.language_prob:.2f} {again.text!r}")
+    assert again.language == "en" and any(c.isalpha() for c in again.text)
+    assert asr.transcribe(utterance, task=task, language="haw").text == ""  # a language given is not second-guessed
+
+
 def test_language_chooser_keeps_or_switches(asr, clips):
     audio = clips["de_fleurs_sinnvoll"][1]
     seen = []
@@ -155,6 +173,32 @@ def test_greedy_output_equals_faster_whisper(reference_model, results_30s, clips
     print(f"identical to faster-whisper: {len(same)}/{len(EQUIVALENCE_IDS)}")
     assert same == list(EQUIVALENCE_IDS)
     assert results_30s["de_fleurs_test_009"].windows == 2
+
+
+# Clips under 30 s (one window): faster-whisper's seek after a window does not come into it.
+TIMESTAMP_IDS = ("en_jfk", "en_librispeech_1089-134686-0000", "en_fleurs_1846", "en_fleurs_luna", "fr_fleurs_test_005")
+
+
+def test_timestamp_decoding_equals_faster_whisper_with_timestamps(reference_model, asr, clips):
+    """AsrOptions.timestamps: Whisper's timestamp rules, as CTranslate2 applies them for faster-whisper's
+    default decode (without_timestamps=False): the same text tokens, and different ones from <|notimestamps|>."""
+    asr30 = asr.with_options(AsrOptions(bucket_s=30, timestamps=True))
+    eot = asr.tokenizer.special.eot
+    differs = []
+    for clip_id in TIMESTAMP_IDS:
+        meta, audio = clips[clip_id]
+        segments, _ = reference_model.transcribe(audio, language=meta["lang"], beam_size=1, temperature=0.0,
+                                                 without_timestamps=False, condition_on_previous_text=False,
+                                                 vad_filter=False)
+        segments = list(segments)
+        ref_tokens = [t for s in segments for t in s.tokens if t < eot]
+        ours = asr30.transcribe(audio, language=meta["lang"])
+        print(f"{clip_id}: ours={ours.text!r}\n{'':>{len(clip_id)}}  ref ={''.join(s.text for s in segments)!r}")
+        assert list(ours.tokens) == ref_tokens, clip_id
+        assert all(t < eot for t in ours.tokens)  # timestamps are left out of the text
+        if ours.tokens != asr.with_options(AsrOptions(bucket_s=30)).transcribe(audio, language=meta["lang"]).tokens:
+            differs.append(clip_id)
+    assert differs, "timestamp decoding gave <|notimestamps|>'s tokens on every clip: is the option applied?"
 
 
 def _wer_report(label: str, results, english_clips) -> float:
