@@ -6,13 +6,15 @@ inserted at a word boundary), live as `edge-rt bench` does, once with each of tw
 order alternating from clip to clip: ``complete_after_ms`` (TurnOptions: the pause at which a sentence
 judged complete ends), ``beam_size`` (LoopOptions: beam search for the text that is translated),
 ``redecode`` (LoopOptions: ``off`` or the log-probability below which a greedy decode is decoded again
-with a beam) or ``preroll_ms`` (EndpointOptions: audio kept before an utterance's first speech frame).
+with a beam), ``preroll_ms`` (EndpointOptions: audio kept before an utterance's first speech frame) or
+``noisy_preroll`` (LoopOptions: ``off`` or the dB below which an utterance opening out of noise starts further back).
 Prints per clip and setting the turn latency, whether a translation started before the speaker's final
 end (talk-over), then for each setting and set: turn latency P50/P95, the talk-over rate, the English
 WER of the live captions, and the paired latency ratio. Needs an idle machine (~25 min for the 33 clips
 and their paused versions with two settings).
 
-    python tools/loop_ab.py [--vary complete_after_ms=64,256 | beam_size=1,5 | redecode=off,-0.5 | preroll_ms=192,320] [--limit N]
+    python tools/loop_ab.py [--vary complete_after_ms=64,256 | beam_size=1,5 | redecode=off,-0.5 | preroll_ms=192,320
+                             | noisy_preroll=off,20] [--limit N]
                             [--no-paused]
 """
 
@@ -30,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from edge_rt.audio.files import read_audio  # noqa: E402
 from edge_rt.loop.endpoint import EndpointOptions  # noqa: E402
 from edge_rt.loop.options import RedecodeOptions  # noqa: E402
+from edge_rt.loop.preroll import NoisyPrerollOptions  # noqa: E402
 from edge_rt.loop.turn_policy import TurnOptions  # noqa: E402
 from edge_rt.measure import bench  # noqa: E402
 from edge_rt.measure.paused import PauseOptions, paused_clip  # noqa: E402
@@ -44,6 +47,8 @@ KNOBS = {
     "redecode": lambda v: {"redecode": None if v == "off" else RedecodeOptions(below_logprob=float(v))},
     # audio kept before an utterance's first speech frame (EndpointOptions)
     "preroll_ms": lambda v: {"endpoint": dataclasses.replace(EndpointOptions(), preroll_ms=int(v))},
+    # more pre-roll for an utterance that opens out of noise (LoopOptions.noisy_preroll): off or its below_db
+    "noisy_preroll": lambda v: {"noisy_preroll": None if v == "off" else NoisyPrerollOptions(below_db=float(v))},
 }
 
 

@@ -18,7 +18,8 @@ A limit may carry the rules for taking the beam's words (RedecodeOptions): ``-0.
 (``--candidates=-0.5:3:0,-0.5:3:0.5``: the ``=`` keeps argparse from reading the leading minus as an option),
 and ``+splitLIMIT[:PIECES[:MIN_GAIN[:EMPTY]]]`` (EMPTY 1 or 0) after any candidate turns LoopOptions.split on (SplitOptions), e.g.
 ``--candidates=-0.5:3:0.5,-0.5:3:0.5+split1.2``; without it the split is off. ``+FIELD=VALUE`` (after the rest) sets any
-other number of the loop's options, a dotted path into LoopOptions, e.g. ``+endpoint.preroll_ms=400``.
+other number of the loop's options, a dotted path into LoopOptions, e.g. ``+endpoint.preroll_ms=400`` (through a field
+that is None, its options with their defaults: ``+noisy_preroll.below_db=20``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import dataclasses
 import json
 import sys
 import time
+import typing
 from pathlib import Path
 
 import numpy as np
@@ -72,9 +74,13 @@ class _TimedAsr:
 
 
 def _set(options, path: str, value: str):
-    """``options`` with the number at dotted ``path`` (``endpoint.preroll_ms``) set to ``value``, typed as the old one."""
+    """``options`` with the number at dotted ``path`` (``endpoint.preroll_ms``) set to ``value``, typed as the old one.
+    A path through a field that is None (``noisy_preroll.extra_ms``) turns it on with its defaults first."""
     head, _, rest = path.partition(".")
     old = getattr(options, head)
+    if old is None and rest:
+        kinds = typing.get_args(typing.get_type_hints(type(options))[head])
+        old = next(k for k in kinds if dataclasses.is_dataclass(k))()
     new = _set(old, rest, value) if rest else type(old)(float(value) if isinstance(old, float) else int(value))
     return dataclasses.replace(options, **{head: new})
 

@@ -42,6 +42,7 @@ from edge_rt.loop.context import Context
 from edge_rt.loop.catchup import speaking_rate
 from edge_rt.loop.pause_watch import PauseWatch, speech_level
 from edge_rt.loop.phrase_cache import PhraseCache
+from edge_rt.loop.preroll import noisy_start
 from edge_rt.loop.recognize import Hypothesis, asr_task, level, recognize, route_task, with_first_clause
 from edge_rt.loop.stages import Stages
 from edge_rt.loop.stream import LocalAgreement
@@ -88,6 +89,8 @@ class Loop:
         self._turn_frames = frozenset(-(-ms // VAD_FRAME_MS) for ms in options.turn.model_at_ms) if options.turn else ()
         self.turn_errors = 0  # end-of-turn model calls that raised (the policy decides without it; in errors too)
         self._p_prev = 0.0  # the previous hop's speech probability
+        self._hop_end = 0  # one past the newest capture sample read
+        self._last_end = 0  # the previous utterance's end sample (a start never reaches back into it)
         self.history = History(HISTORY)
         self.published = TracePublisher(options.keep_traces, trace, self.observers)
         self.traces = self.published.traces
@@ -216,6 +219,7 @@ class Loop:
         if self._current is None and self._frontend is not None and (self._frontend.echo or self._frontend.held):
             p = 0.0  # our own speech's residual echo: no utterance opens on it (audio/frontend.py, echo gate)
         frame = (first + n) // VAD_FRAME - 1
+        self._hop_end = first + n
         for event in self.endpointer.push(frame, p):
             self._on_event(event)
         if self._current is not None:
@@ -229,9 +233,14 @@ class Loop:
         clock = self.source.clock
         if event.kind == "start":
             self._count += 1
-            tr = UtteranceTrace(self._count, start_sample=event.sample)
-            tr.stamp("speech_start", clock.ns(event.sample))
-            self._current = _Utterance(tr, next_partial=event.sample + int(self.options.min_partial_s * SAMPLE_RATE))
+            start = event.sample
+            if self.options.noisy_preroll is not None:  # out of noise: further back (loop/preroll.py)
+                opened = max(start, self._hop_end - self.options.endpoint.start_frames * VAD_FRAME)
+                start = noisy_start(self.history, start, opened, self._hop_end, self._last_end,
+                                    self.options.noisy_preroll)
+            tr = UtteranceTrace(self._count, start_sample=start)
+            tr.stamp("speech_start", clock.ns(start))
+            self._current = _Utterance(tr, next_partial=start + int(self.options.min_partial_s * SAMPLE_RATE))
             self._barge_in()
             return
         utt, self._current = self._current, None
@@ -241,7 +250,7 @@ class Loop:
         if utt is None:
             return
         tr = utt.trace
-        tr.end_sample = event.sample
+        tr.end_sample = self._last_end = event.sample
         tr.stamp("speech_end", clock.ns(event.sample))
         tr.stamp("end_detected", clock.now_ns())
         tr.end_reason = event.reason
