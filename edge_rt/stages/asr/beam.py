@@ -270,6 +270,10 @@ def _select(live: Sequence[_Hypothesis], rows, *, size: int, eot: int, marks: np
     """One step's choice: ``rows[j]`` are live[j]'s logits after its tokens (filtered here, in place).
     Returns the kept continuations with their parent's index, and the hypotheses that finished."""
     mark_ids = set(int(m) for m in marks)
+
+    def is_stamp(t: int) -> bool:  # a timestamp, when decoding with them (``stamps``: <|0.00|>'s id)
+        return stamps is not None and t >= stamps
+
     proposals = []
     for j, (h, row) in enumerate(zip(live, rows)):
         for f in filters:
@@ -281,9 +285,6 @@ def _select(live: Sequence[_Hypothesis], rows, *, size: int, eot: int, marks: np
     proposals.sort(key=lambda p: -p[0])
     kept: list[tuple[_Hypothesis, int]] = []
     done: list[_Hypothesis] = []
-    def is_stamp(t: int) -> bool:  # a timestamp, when decoding with them (``stamps``: <|0.00|>'s id)
-        return stamps is not None and t >= stamps
-
     for score, j, token, mark, logp_t in proposals:
         h = live[j]
         text_score = h.text_logprob + (0.0 if is_stamp(token) else logp_t)

@@ -72,7 +72,7 @@ class AsrOptions:
     # False: <|notimestamps|>, as CTranslate2's without_timestamps=True. Off: through the loop on the noisy
     # eval's English mixes (`edge-rt eval --noise --kinds babble,pink,brown,music --snr 5,10`, one machine,
     # 2026-12-05) it was worse everywhere: clean 6.05 -> 6.98 % WER, pink 5 dB 39.5 -> 40.9 %, pink 10 dB
-    # 14.4 -> 20.9 %, babble 10 dB 35.4 -> 55.3 % (README, Noise: "Tried, not kept").
+    # 14.4 -> 20.9 %, babble 10 dB 35.4 -> 55.3 % (README, Noise: "What faster-whisper's lead at pink 5 dB rests on").
     timestamps: bool = False
     # A window decoded in a detected language that writes no word while Whisper hears speech (P(no speech) at
     # or under no_speech_threshold) is decoded once more, detected among the other languages (see
@@ -154,7 +154,7 @@ class Asr:
         filters = [SuppressTokens(np.asarray(tokenizer.suppress_tokens(options.suppress_tokens), np.int64))]
         if options.suppress_blank:
             filters.insert(0, SuppressBlank(np.asarray(tokenizer.blank_tokens(), np.int64)))
-        # With timestamps each window gets the rules bounded to its audio (see _task_for).
+        # With timestamps each window gets the rules bounded to its encoder window (see _task_for).
         self._rules = TimestampRules(s.timestamp_begin, s.no_timestamps, s.eot) if options.timestamps else None
         search = None
         if options.beam_size > 1:
