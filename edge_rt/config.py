@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from edge_rt.errors import EdgeRtError
+from edge_rt.loop.preroll import NoisyPrerollOptions
 from edge_rt.loop.redecode import RedecodeOptions
 from edge_rt.loop.split import SplitOptions
 from edge_rt.loop.turn_policy import TurnOptions
@@ -85,6 +86,9 @@ class LoopConfig:
     # An utterance whose transcript has fewer text tokens than this per second is decoded again in pieces
     # (LoopOptions.split); 0 = never.
     split_below: float = SplitOptions.below_tokens_per_s
+    # An utterance whose opening speech stands less than this many dB over the second before it starts further
+    # back (LoopOptions.noisy_preroll); 0 = never.
+    noisy_preroll_below: float = NoisyPrerollOptions.below_db
     latency_budget_ms: int = 1500  # end of speech → first output; a miss triggers a flight-recorder dump
 
 
@@ -292,7 +296,8 @@ _RULES = {
     "loop": {"hangover_ms": _int_range(32, 5000, " ms"), "latency_budget_ms": _int_range(100, 60000, " ms"),
              "complete_after_ms": _int_range(0, TurnOptions.max_pause_ms - 1, " ms"),
              "redecode_below": lambda v: None if v is None or -5 <= v <= 0 else "must be between -5 and 0 (0: off)",
-             "split_below": lambda v: None if v is None or 0 <= v <= 20 else "must be between 0 and 20 (0: off)"},
+             "split_below": lambda v: None if v is None or 0 <= v <= 20 else "must be between 0 and 20 (0: off)",
+             "noisy_preroll_below": lambda v: None if v is None or 0 <= v <= 60 else "must be between 0 and 60 dB (0: off)"},
     "record": {"dir": check_dir, "flight_s": lambda v: None if v is None or 1 <= v <= 60 else "must be between 1 and 60 s",
                "max_dumps": _int_range(0, 10000)},
     "metrics": {"port": _int_range(0, 65535), "bind": _bind},

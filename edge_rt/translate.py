@@ -17,6 +17,7 @@ from edge_rt.audio.sources import FastFileSource
 from edge_rt.loop.endpoint import EndpointOptions
 from edge_rt.loop.loop import Loop, LoopOptions
 from edge_rt.loop.options import RedecodeOptions, SplitOptions
+from edge_rt.loop.preroll import NoisyPrerollOptions
 from edge_rt.loop.stages import Stages
 from edge_rt.loop.trace import UtteranceTrace
 from edge_rt.loop.turn_policy import TurnOptions
@@ -35,6 +36,8 @@ class TranslateOptions:
     redecode: RedecodeOptions | None = field(default_factory=RedecodeOptions)
     # as LoopOptions.split: a transcript too sparse for its utterance decoded again in pieces (None: never)
     split: SplitOptions | None = field(default_factory=SplitOptions)
+    # as LoopOptions.noisy_preroll: an utterance that opens out of noise starts further back (None: never)
+    noisy_preroll: NoisyPrerollOptions | None = field(default_factory=NoisyPrerollOptions)
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,8 @@ def translate_audio(stages: Stages, audio: np.ndarray, options: TranslateOptions
                                                   languages=options.languages,
                                                   endpoint=options.endpoint, partials=False,
                                                   turn=options.turn, beam_size=options.beam_size,
-                                                  redecode=options.redecode, split=options.split))
+                                                  redecode=options.redecode, split=options.split,
+                                                  noisy_preroll=options.noisy_preroll))
     traces = loop.run()
     utts = [Utterance.from_trace(t) for t in traces if t.translation]
     return utts, sink.audio(min_seconds=len(audio) / SAMPLE_RATE), rate

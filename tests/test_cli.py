@@ -220,6 +220,29 @@ def test_redecode_flag_is_parsed_on_every_loop_command_and_checked():
         _no_traceback(bad)
 
 
+def test_noisy_preroll_flag_is_parsed_on_every_loop_command_and_checked():
+    """--noisy-preroll DB|off sets LoopOptions.noisy_preroll (default on at 20 dB) on translate, run, bench and
+    eval --noise; the service reads [loop] noisy_preroll_below (0: off); a bad value is a named error (exit 2)."""
+    from edge_rt.cli import build_parser
+    from edge_rt.config import Config
+    from edge_rt.loop.options import LoopOptions
+    from edge_rt.loop.preroll import NoisyPrerollOptions
+
+    parse = build_parser().parse_args
+    assert LoopOptions(target="pt").noisy_preroll == NoisyPrerollOptions() == parse(["run", "--to", "pt"]).noisy_preroll
+    commands = (["translate", "x.wav", "--to", "pt"], ["run", "--to", "pt"], ["bench"], ["eval", "--noise"])
+    for command in commands:
+        assert parse([*command, "--noisy-preroll", "15"]).noisy_preroll == NoisyPrerollOptions(below_db=15.0)
+        assert parse([*command, "--noisy-preroll", "off"]).noisy_preroll is None
+    assert Config.from_dict({"loop": {"noisy_preroll_below": 0}}).loop.noisy_preroll_below == 0
+    assert Config().loop.noisy_preroll_below == NoisyPrerollOptions.below_db
+    with pytest.raises(Exception, match="noisy_preroll_below"):
+        Config.from_dict({"loop": {"noisy_preroll_below": -1}})
+    bad = run_cli("translate", "x.wav", "--to", "pt", "--noisy-preroll", "-3")
+    assert bad.returncode == 2 and "--noisy-preroll takes off or a level in dB above 0" in bad.stderr, bad.stderr
+    _no_traceback(bad)
+
+
 def test_split_flag_is_parsed_on_every_loop_command_and_checked():
     """--split TOKENS_PER_S|off sets LoopOptions.split (default SplitOptions(): on at 1.2) on translate, run, bench
     and eval --noise; the service reads [loop] split_below (0: off); a bad value is a named error (exit 2)."""

@@ -95,6 +95,26 @@ def add_split_arg(p) -> None:
                         f"Noise)")
 
 
+def noisy_preroll(text: str):
+    """``--noisy-preroll``: ``off``, or the dB under which an utterance that opens out of noise starts further back
+    (LoopOptions.noisy_preroll)."""
+    from edge_rt.loop.preroll import NoisyPrerollOptions
+
+    return _off_or(text, "--noisy-preroll", lambda v: NoisyPrerollOptions(below_db=v),
+                   "a level in dB above 0, e.g. --noisy-preroll 20")
+
+
+def add_noisy_preroll_arg(p) -> None:
+    """--noisy-preroll: when an utterance that opens out of noise starts further back (LoopOptions.noisy_preroll)."""
+    from edge_rt.loop.preroll import NoisyPrerollOptions
+
+    o = NoisyPrerollOptions()
+    p.add_argument("--noisy-preroll", type=noisy_preroll, default=o, metavar="DB|off",
+                   help=f"start an utterance {o.extra_ms} ms further back when the speech that opened it stands less "
+                        f"than this many dB over the second before it (default {o.below_db:g}; off: never). Under "
+                        f"noise the VAD opens late, inside the first word (README, Noise)")
+
+
 def beam_size(text: str) -> int:
     """``--beam``: 1 (greedy) to 16 hypotheses."""
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from edge_rt.cli.common import add_redecode_arg, add_split_arg, beam_size
+from edge_rt.cli.common import add_noisy_preroll_arg, add_redecode_arg, add_split_arg, beam_size
 from edge_rt.errors import EdgeRtError
 
 
@@ -33,6 +33,7 @@ def add_noise_args(e: argparse.ArgumentParser) -> None:
                    help="the loop's beam search for the text it translates (LoopOptions.beam_size; default 1)")
     add_redecode_arg(g)
     add_split_arg(g)
+    add_noisy_preroll_arg(g)
     e.set_defaults(precisions=None)  # --precisions: int8,fp32 for the plain eval, int8 with --noise
 
 
@@ -52,6 +53,7 @@ def cmd_eval_noise(args: argparse.Namespace, precision: str) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from edge_rt.loop.preroll import NoisyPrerollOptions
     from edge_rt.loop.redecode import RedecodeOptions
     from edge_rt.loop.split import SplitOptions
     from edge_rt.measure.noise import NoiseOptions
@@ -71,7 +73,9 @@ def cmd_eval_noise(args: argparse.Namespace, precision: str) -> int:
                             frontends=("off", "on") if args.frontend == "both" else (args.frontend,),
                             loop_overrides=((("beam_size", args.beam),) if args.beam != 1 else ())
                             + ((("redecode", args.redecode),) if args.redecode != RedecodeOptions() else ())
-                            + ((("split", args.split),) if args.split != SplitOptions() else ()))
+                            + ((("split", args.split),) if args.split != SplitOptions() else ())
+                            + ((("noisy_preroll", args.noisy_preroll),)
+                               if args.noisy_preroll != NoisyPrerollOptions() else ()))
     console = Console(stderr=True)
     def log(r: dict) -> None:
         loop = r.get("loop") or {}

@@ -41,6 +41,7 @@ def _cmd_translate(args: argparse.Namespace) -> int:
     utts, track, rate = translate_audio(stages, audio, TranslateOptions(target=args.to, source=spoken,
                                                                         languages=languages, beam_size=args.beam,
                                                                         redecode=args.redecode, split=args.split,
+                                                                        noisy_preroll=args.noisy_preroll,
                                                                         turn=turn))
     write_audio(out, track, rate)
     run_s = time.perf_counter() - t1
@@ -50,6 +51,7 @@ def _cmd_translate(args: argparse.Namespace) -> int:
                           "beam_size": args.beam,
                           "redecode": None if args.redecode is None else args.redecode.below_logprob,
                           "split": None if args.split is None else args.split.below_tokens_per_s,
+                          "noisy_preroll": None if args.noisy_preroll is None else args.noisy_preroll.below_db,
                           "backend": {"name": pipe.backend.name, "reason": pipe.backend.reason}},
                          ensure_ascii=False, indent=2))
     else:
@@ -107,7 +109,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                           endpoint=EndpointOptions(hangover_ms=args.hangover_ms), turn=_turn_options(args),
                           frontend=FrontEndOptions() if args.loudspeaker else None,
                           barge_in=args.barge_in or ("pause" if args.loudspeaker else "continue"),
-                          beam_size=args.beam, redecode=args.redecode, split=args.split)
+                          beam_size=args.beam, redecode=args.redecode, split=args.split,
+                          noisy_preroll=args.noisy_preroll)
     recording = None
     if args.record:  # field test: session folder + flight recorder (edge_rt/ops/session.py)
         from edge_rt.ops.flight import FlightOptions

@@ -28,6 +28,8 @@ class NoisyPrerollOptions:
     min_noise_s: float = 0.2  # less audio than this since the previous utterance: nothing is measured, no extra
 
     def __post_init__(self):
+        if not self.below_db > 0:
+            raise ValueError(f"NoisyPrerollOptions.below_db must be above 0 dB, got {self.below_db}")
         if not 0 < self.extra_ms <= 1000:
             raise ValueError(f"NoisyPrerollOptions.extra_ms must be in 1..1000, got {self.extra_ms}")
         if not 0 < self.min_noise_s <= self.noise_s:

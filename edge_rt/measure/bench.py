@@ -44,6 +44,7 @@ from edge_rt.audio.sinks import PacedFileSink
 from edge_rt.audio.sources import PacedFileSource
 from edge_rt.loop.loop import Loop, LoopOptions
 from edge_rt.loop.options import RedecodeOptions, SplitOptions
+from edge_rt.loop.preroll import NoisyPrerollOptions
 from edge_rt.loop.stages import Stages
 from edge_rt.loop.trace import UtteranceTrace, percentiles
 from edge_rt.loop.turn_policy import TurnOptions
@@ -95,11 +96,13 @@ class BenchOptions:
     redecode: RedecodeOptions | None = field(default_factory=RedecodeOptions)
     # a transcript too sparse for its utterance decoded again in pieces (LoopOptions.split; None: never)
     split: SplitOptions | None = field(default_factory=SplitOptions)
+    # an utterance that opens out of noise starts further back (LoopOptions.noisy_preroll; None: never)
+    noisy_preroll: NoisyPrerollOptions | None = field(default_factory=NoisyPrerollOptions)
 
     def loop_options(self, target: str) -> LoopOptions:
         return LoopOptions(target=target, partials=self.partials, speculate_after_ms=self.speculate_after_ms,
                            turn=self.turn if self.turn_policy else None, beam_size=self.beam_size,
-                           redecode=self.redecode, split=self.split)
+                           redecode=self.redecode, split=self.split, noisy_preroll=self.noisy_preroll)
 
     def target_for(self, lang: str) -> str:
         """English clips are spoken in Portuguese, every other language in English."""

@@ -116,6 +116,7 @@ class Server:
         from edge_rt.audio.devices import AudioBackendWedged, AudioDeviceError, DeviceSink, DeviceSource, rescan
         from edge_rt.loop.endpoint import EndpointOptions
         from edge_rt.loop.loop import LoopOptions
+        from edge_rt.loop.preroll import NoisyPrerollOptions
         from edge_rt.loop.redecode import RedecodeOptions
         from edge_rt.loop.split import SplitOptions
         from edge_rt.loop.turn_policy import TurnOptions
@@ -134,6 +135,8 @@ class Server:
                               redecode=(RedecodeOptions(below_logprob=c.loop.redecode_below)
                                         if c.loop.redecode_below < 0 else None),
                               split=SplitOptions(below_tokens_per_s=c.loop.split_below) if c.loop.split_below > 0 else None,
+                              noisy_preroll=(NoisyPrerollOptions(below_db=c.loop.noisy_preroll_below)
+                                             if c.loop.noisy_preroll_below > 0 else None),
                               keep_traces=1000)  # always on: memory must not grow with every utterance
         if c.metrics.port:  # one registry for the whole service life, across audio reopenings
             from edge_rt.ops.metrics import Metrics
