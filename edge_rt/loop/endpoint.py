@@ -154,6 +154,11 @@ class Endpointer:
         return self._silence if self.in_speech else 0
 
     @property
+    def previous_end(self) -> int:
+        """One past the last speech sample of the previous utterance (0 before any): no start reaches back into it."""
+        return self._floor
+
+    @property
     def speech_end_sample(self) -> int:
         """One past the last speech sample of the current utterance."""
         return (self._last_speech_frame + 1) * VAD_FRAME

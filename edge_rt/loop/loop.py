@@ -50,6 +50,7 @@ from edge_rt.loop.trace import TracePublisher, TraceWriter, UtteranceTrace
 from edge_rt.loop.turn_policy import TurnPolicy
 from edge_rt.stages.asr.beam import BeamUnsupportedError
 from edge_rt.stages.asr.decoding import DecodeStopped
+from edge_rt.stages.asr.tokenizer import has_words
 from edge_rt.stages.tts.voice import first_clauses
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME, VAD_FRAME_MS
 
@@ -89,8 +90,6 @@ class Loop:
         self._turn_frames = frozenset(-(-ms // VAD_FRAME_MS) for ms in options.turn.model_at_ms) if options.turn else ()
         self.turn_errors = 0  # end-of-turn model calls that raised (the policy decides without it; in errors too)
         self._p_prev = 0.0  # the previous hop's speech probability
-        self._hop_end = 0  # one past the newest capture sample read
-        self._last_end = 0  # the previous utterance's end sample (a start never reaches back into it)
         self.history = History(HISTORY)
         self.published = TracePublisher(options.keep_traces, trace, self.observers)
         self.traces = self.published.traces
@@ -219,7 +218,6 @@ class Loop:
         if self._current is None and self._frontend is not None and (self._frontend.echo or self._frontend.held):
             p = 0.0  # our own speech's residual echo: no utterance opens on it (audio/frontend.py, echo gate)
         frame = (first + n) // VAD_FRAME - 1
-        self._hop_end = first + n
         for event in self.endpointer.push(frame, p):
             self._on_event(event)
         if self._current is not None:
@@ -235,8 +233,9 @@ class Loop:
             self._count += 1
             start = event.sample
             if self.options.noisy_preroll is not None:  # out of noise: further back (loop/preroll.py)
-                opened = max(start, self._hop_end - self.options.endpoint.start_frames * VAD_FRAME)
-                start = noisy_start(self.history, start, opened, self._hop_end, self._last_end,
+                now = self.history.end  # this hop's end: the VAD frames that opened the utterance end here
+                opened = max(start, now - self.options.endpoint.start_frames * VAD_FRAME)
+                start = noisy_start(self.history, start, opened, now, self.endpointer.previous_end,
                                     self.options.noisy_preroll)
             tr = UtteranceTrace(self._count, start_sample=start)
             tr.stamp("speech_start", clock.ns(start))
@@ -250,7 +249,7 @@ class Loop:
         if utt is None:
             return
         tr = utt.trace
-        tr.end_sample = self._last_end = event.sample
+        tr.end_sample = event.sample
         tr.stamp("speech_end", clock.ns(event.sample))
         tr.stamp("end_detected", clock.now_ns())
         tr.end_reason = event.reason
@@ -604,4 +603,4 @@ class Loop:
 
 def _has_words(hyp: Hypothesis) -> bool:
     """Whether ``hyp`` says anything: not "" and not a lone "." on noise."""
-    return any(c.isalnum() for c in hyp.text or hyp.translation)
+    return has_words(hyp.text or hyp.translation)

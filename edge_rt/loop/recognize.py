@@ -21,6 +21,7 @@ from edge_rt.loop.phrase_cache import PhraseCache
 from edge_rt.loop.split import cuts, sparse
 from edge_rt.loop.stages import Stages
 from edge_rt.measure.scoring import normalize
+from edge_rt.stages.asr.tokenizer import has_words
 from edge_rt.stages.gain import apply_gain
 from edge_rt.stages.tts.voice import TtsAudio
 from edge_rt.units import SAMPLE_RATE
@@ -286,7 +287,7 @@ def with_first_clause(hyp: Hypothesis, tts, target: str, *, rate: float = 1.0,
     """``hyp`` with its first clause synthesized at ``rate`` (or taken from ``phrases``), so a pause
     that becomes the end starts playing at once; the other clauses are synthesized only if it does.
     Raises what the synthesizer raises."""
-    if not any(c.isalnum() for c in hyp.translation):
+    if not has_words(hyp.translation):
         return hyp
     if phrases is not None and (first := phrases.first_clause(hyp.phrase, hyp.translation, rate)) is not None:
         return replace(hyp, speech=(first, iter(tts.clauses(hyp.translation, target, rate=rate, skip=1))))

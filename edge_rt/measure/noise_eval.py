@@ -41,6 +41,7 @@ from edge_rt.loop.stages import Stages
 from edge_rt.loop.trace import UtteranceTrace, percentiles
 from edge_rt.measure.noise import NoiseOptions, NoisyMix, noisy_mixes
 from edge_rt.measure.scoring import wer
+from edge_rt.stages.asr.tokenizer import has_words
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME
 
 __all__ = ["NoiseEvalOptions", "evaluate_noise", "noise_clips", "segment", "frames_of", "vad_counts", "f1",
@@ -124,7 +125,7 @@ def f1(tp: int, fp: int, fn: int) -> dict:
 
 def invented(utterances: Sequence[tuple[int, int, str]], reference: Sequence[Span]) -> list[tuple[int, int, str]]:
     """Utterances (start, end, text) with text (a letter or digit) that overlap no reference span."""
-    return [u for u in utterances if any(c.isalnum() for c in u[2])
+    return [u for u in utterances if has_words(u[2])
             and not any(u[0] < b and a < u[1] for a, b in reference)]
 
 
@@ -243,14 +244,14 @@ def _loop_row(stages: Stages, audio: np.ndarray, lo: LoopOptions, reference: dic
         "turn_latency_ms": [round(t.turn_latency_ms, 1) for t in traces if t.turn_latency_ms is not None],
         "vad": vad_counts(frames_of(ref_spans, n), frames_of(spans, n)),
     }
-    row["empty"] = not any(c.isalnum() for c in row["text"])
+    row["empty"] = not has_words(row["text"])
     return row
 
 
 def _peer_row(peer, audio: np.ndarray, lang: str | None, reference_spans: Sequence[Span]) -> dict:
     segs = [(int(a * SAMPLE_RATE), int(b * SAMPLE_RATE), t) for a, b, t in peer.segments(audio, lang)]
     text = " ".join(t for _, _, t in segs if t).strip()
-    return {"text": text, "empty": not any(c.isalnum() for c in text),
+    return {"text": text, "empty": not has_words(text),
             "invented": [u[2] for u in invented(segs, reference_spans)]}
 
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from edge_rt.errors import EdgeRtError
 from edge_rt.measure.serial import SerialTurn
+from edge_rt.stages.asr.tokenizer import has_words
 
 __all__ = ["PeerStack"]
 
@@ -121,7 +122,7 @@ class PeerStack:
         if text and route.mt_pair:
             text = self._stages.mt.translate(text, *route.mt_pair)
         t2 = time.perf_counter()
-        if any(c.isalnum() for c in text):
+        if has_words(text):
             if target in self._piper:
                 next(iter(self._piper[target].synthesize(text)), None)
             else:  # espeak-ng, the formant voice the loop speaks this language with

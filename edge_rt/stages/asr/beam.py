@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from edge_rt.errors import EdgeRtError
-from edge_rt.stages.asr.decoding import DecodeStopped, WhisperInference, log_softmax, repeated_tail
+from edge_rt.stages.asr.decoding import DecodeStopped, WhisperInference, is_timestamp, log_softmax, repeated_tail
 
 __all__ = ["BeamCache", "BeamResult", "BeamSearch", "BeamStep", "BeamUnsupportedError", "batched_beam_search",
            "beam_search"]
@@ -270,10 +270,6 @@ def _select(live: Sequence[_Hypothesis], rows, *, size: int, eot: int, marks: np
     """One step's choice: ``rows[j]`` are live[j]'s logits after its tokens (filtered here, in place).
     Returns the kept continuations with their parent's index, and the hypotheses that finished."""
     mark_ids = set(int(m) for m in marks)
-
-    def is_stamp(t: int) -> bool:  # a timestamp, when decoding with them (``stamps``: <|0.00|>'s id)
-        return stamps is not None and t >= stamps
-
     proposals = []
     for j, (h, row) in enumerate(zip(live, rows)):
         for f in filters:
@@ -287,13 +283,13 @@ def _select(live: Sequence[_Hypothesis], rows, *, size: int, eot: int, marks: np
     done: list[_Hypothesis] = []
     for score, j, token, mark, logp_t in proposals:
         h = live[j]
-        text_score = h.text_logprob + (0.0 if is_stamp(token) else logp_t)
+        text_score = h.text_logprob + (0.0 if is_timestamp(token, stamps) else logp_t)
         # The text's end verdict: at a final mark, else at the pick after the last text token (<|endoftext|>,
         # or a timestamp closing its segment).
-        closes = bool(h.tokens) and not is_stamp(h.tokens[-1]) and h.tokens[-1] not in mark_ids
-        end = mark if token in mark_ids or ((token == eot or is_stamp(token)) and closes) else h.end_mark
+        closes = bool(h.tokens) and not is_timestamp(h.tokens[-1], stamps) and h.tokens[-1] not in mark_ids
+        end = mark if token in mark_ids or ((token == eot or is_timestamp(token, stamps)) and closes) else h.end_mark
         if token == eot:
-            has_text = any(not is_stamp(t) for t in h.tokens)
+            has_text = any(not is_timestamp(t, stamps) for t in h.tokens)
             done.append(_Hypothesis(h.tokens, h.chain, score, end if has_text else float("nan"), text_score))
             continue
         tokens = h.tokens + (token,)

@@ -243,6 +243,12 @@ class TimestampRules:
             logits[:begin] = -np.inf
 
 
+def is_timestamp(token: int, stamps: int | None) -> bool:
+    """Whether ``token`` is a timestamp of a decode with them (``stamps``: ``<|0.00|>``'s id); with
+    ``<|notimestamps|>`` (``stamps`` None) every pick counts as text, as it always did."""
+    return stamps is not None and token >= stamps
+
+
 class GreedyDecoder:
     """Argmax; accumulates the log-probability of every pick, ``<|endoftext|>`` included, but of no
     timestamp (ids from ``stamps``; None: every pick): the confidence limits that read it were set on
@@ -262,7 +268,7 @@ class GreedyDecoder:
     def pick(self, logits: np.ndarray) -> int:
         token = int(logits.argmax())
         logp = log_softmax(logits)
-        if self.stamps is None or token < self.stamps:
+        if not is_timestamp(token, self.stamps):
             self.sum_logprob += float(logp[token])
         if self.marks is not None and len(self.marks):
             self.mark_mass = float(np.exp(logp[self.marks]).sum())
@@ -441,7 +447,7 @@ class DecodingTask:
         else:
             sampled, sum_logprob, end_mark = self._greedy(logits, start, stop)
         if self.stamps is not None:
-            sampled = tuple(t for t in sampled if t < self.stamps)
+            sampled = tuple(t for t in sampled if not is_timestamp(t, self.stamps))
         return WindowResult(sampled, sum_logprob, no_speech, language, language_prob, end_mark)
 
     def _greedy(self, logits: np.ndarray, start: int, stop: Callable[[], bool] | None
@@ -464,9 +470,8 @@ class DecodingTask:
             for f in self.filters:
                 f.apply(logits, sampled)
             token = decoder.pick(logits)
-            stamp = stamps is not None and token >= stamps
-            open_text = bool(sampled) and not (stamps is not None and sampled[-1] >= stamps) \
-                and sampled[-1] not in mark_ids
+            stamp = is_timestamp(token, stamps)
+            open_text = bool(sampled) and not is_timestamp(sampled[-1], stamps) and sampled[-1] not in mark_ids
             if (token == eot or stamp) and open_text:  # the text ended without a mark: how close it came to one
                 end_mark = decoder.mark_mass
             if token == eot:

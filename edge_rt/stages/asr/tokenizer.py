@@ -17,6 +17,13 @@ TASKS = ("transcribe", "translate")
 # probability and the turn policy's reading of a transcript both use these.
 SENTENCE_FINAL = (".", "?", "!", "。", "？", "！")
 
+
+
+def has_words(text: str) -> bool:
+    """Whether ``text`` says anything: a letter or digit in it (not "", not a lone "." Whisper writes on noise)."""
+    return any(c.isalnum() for c in text)
+
+
 # Symbols that are never speech: speaker tags, music notes, brackets (as OpenAI
 # Whisper's and faster-whisper's ``non_speech_tokens``; suppressed by ``suppress_tokens=(-1,)``).
 _NON_SPEECH_SYMBOLS = list('"#()*+/:;<=>@[\\]^_`{|}~「」『』') + (

@@ -30,7 +30,7 @@ from edge_rt.stages.asr.decoding import (
     WhisperInference,
     WindowResult,
 )
-from edge_rt.stages.asr.tokenizer import TASKS, WhisperTokenizer
+from edge_rt.stages.asr.tokenizer import TASKS, WhisperTokenizer, has_words
 from edge_rt.units import HOP_LENGTH, MAX_TEXT_CTX, SAMPLE_RATE, bucket_frames
 
 if TYPE_CHECKING:
@@ -282,23 +282,24 @@ class Asr:
             self._inference.encode(melmod.window(mel, start, frames_b, out=self._inference.mel_buffer(frames_b)), stop)
             decode = self._task_for(frames_b)
             r = decode.run(prompt_for, language, previous, previous_language, candidates, stop)
-            others = self._other_languages(r, language, candidates)
+            text = self.tokenizer.decode(r.tokens).strip()
+            others = self._other_languages(r, text, language, candidates)
             if others:  # heard speech, wrote nothing, in a detected language: the next likeliest one
                 again = decode.run(prompt_for, None, previous, previous_language, others, stop)
-                if _has_words(self.tokenizer.decode(again.tokens)):
-                    r = again
+                again_text = self.tokenizer.decode(again.tokens).strip()
+                if has_words(again_text):
+                    r, text = again, again_text
             if not isinstance(language, str):
                 language = r.language  # later windows keep the first window's language
             if previous:  # a later window follows this one's text, as Whisper's condition_on_previous_text
                 previous, previous_language = list(r.tokens[-self.options.max_prompt_tokens:]), r.language
-            text = self.tokenizer.decode(r.tokens).strip()
             windows.append(_Window(r, bucket, text, silent=self._is_silent(r, text)))
         return self._combine(windows)
 
-    def _other_languages(self, r: WindowResult, language, candidates) -> tuple[str, ...]:
+    def _other_languages(self, r: WindowResult, text: str, language, candidates) -> tuple[str, ...]:
         """The languages to detect among again when the window ``r`` was decoded in a detected language
         (``language`` not a code: None or a chooser), Whisper heard speech (P(no speech) at or under
-        ``no_speech_threshold``) and the decode wrote no word: every candidate but the one that failed.
+        ``no_speech_threshold``) and its ``text`` has no word: every candidate but the one that failed.
         () when it should not be decoded again (``AsrOptions.retry_language`` off, given language, silence,
         words written, an English-only model).
 
@@ -306,8 +307,7 @@ class Asr:
         decode wrote only timestamp tokens and the clip came back empty, with P(no speech) 0.02.
         """
         o = self.options
-        if (not o.retry_language or isinstance(language, str) or not self.multilingual or r.tokens
-                and _has_words(self.tokenizer.decode(r.tokens))):
+        if not o.retry_language or isinstance(language, str) or not self.multilingual or has_words(text):
             return ()
         if o.no_speech_threshold is not None and r.no_speech_prob > o.no_speech_threshold:
             return ()
@@ -387,11 +387,6 @@ class _Window:
     text: str
     silent: bool
     gated: bool = False  # skipped as digital silence, never decoded
-
-
-def _has_words(text: str) -> bool:
-    """Text with a letter or digit in it (not "", not a lone ".")."""
-    return any(c.isalnum() for c in text)
 
 
 def _resolve(task, language: str, multilingual: bool) -> str:
