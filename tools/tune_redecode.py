@@ -12,14 +12,15 @@ goes through the noisy eval's loop (``edge-rt translate --to en``'s) once per ca
 candidate: WER over the speech items (and clean apart), items empty, decodes redone with the beam, Whisper's
 total decode time, and the babble-alone items with text.
 
-    python tools/tune_redecode.py --items 40 [--seed 53] [--candidates off,-0.3,-0.5,-0.7,beam]
+    python tools/tune_redecode.py --items 40 [--seed 53] [--hesitate 0.8] [--candidates off,-0.3,-0.5,-0.7,beam]
 
 A limit may carry the rules for taking the beam's words (RedecodeOptions): ``-0.5:3:0.5`` is LIMIT:REPEAT_WORDS:MIN_KEPT
 (``--candidates=-0.5:3:0,-0.5:3:0.5``: the ``=`` keeps argparse from reading the leading minus as an option),
 and ``+splitLIMIT[:PIECES[:MIN_GAIN[:EMPTY]]]`` (EMPTY 1 or 0) after any candidate turns LoopOptions.split on (SplitOptions), e.g.
 ``--candidates=-0.5:3:0.5,-0.5:3:0.5+split1.2``; without it the split is off. ``+FIELD=VALUE`` (after the rest) sets any
 other number of the loop's options, a dotted path into LoopOptions, e.g. ``+endpoint.preroll_ms=400`` (through a field
-that is None, its options with their defaults: ``+noisy_preroll.below_db=20``).
+that is None, its options with their defaults: ``+noisy_preroll.below_db=20``; ``none`` sets None:
+``+context.lend_within_s=none``).
 """
 
 from __future__ import annotations
@@ -81,7 +82,10 @@ def _set(options, path: str, value: str):
     if old is None and rest:
         kinds = typing.get_args(typing.get_type_hints(type(options))[head])
         old = next(k for k in kinds if dataclasses.is_dataclass(k))()
-    new = _set(old, rest, value) if rest else type(old)(float(value) if isinstance(old, float) else int(value))
+    if not rest and value == "none":
+        new = None  # +context.lend_within_s=none: a field whose None turns its feature off
+    else:
+        new = _set(old, rest, value) if rest else type(old)(float(value) if isinstance(old, float) else int(value))
     return dataclasses.replace(options, **{head: new})
 
 
@@ -116,11 +120,24 @@ def _loop_options(spec: str, split: str) -> LoopOptions:
     return dataclasses.replace(base, redecode=RedecodeOptions(below_logprob=float(limit), **kw))
 
 
+def hesitate(speech: np.ndarray, seconds: float) -> np.ndarray:
+    """``speech`` with ``seconds`` of silence at its quietest 20 ms frame in the middle third (no draw from the
+    seed's generator: the same sentences and voices as without)."""
+    frame = SR // 50
+    n = len(speech) // frame
+    energy = (speech[:n * frame].reshape(n, frame).astype(np.float64) ** 2).mean(axis=1)
+    at = (n // 3 + int(np.argmin(energy[n // 3: 2 * n // 3]))) * frame + frame // 2
+    return np.concatenate([speech[:at], np.zeros(int(seconds * SR), np.float32), speech[at:]])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--items", type=int, default=40, help="speech items (and one babble-alone item per 8)")
     p.add_argument("--pack", default="default")
     p.add_argument("--seed", type=int, default=53)
+    p.add_argument("--hesitate", type=float, default=0.0, metavar="S",
+                   help="insert S seconds of silence into every sentence at its quietest 20 ms in the middle third "
+                        "(a speaker searching for a word; the noise runs through it); 0: none")
     p.add_argument("--candidates", default=CANDIDATES,
                    help="comma-separated: off (greedy), beam (a beam of 5 always), or a log-probability limit "
                         "[:repeat_words[:min_kept]]")
@@ -132,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         at = int(rng.integers(len(talkers.sentences["en"])))  # drawn before the voice: --seed 53/59 as tuned
         voice = int(rng.integers(len(talkers.voices["en"])))
         sentence, speech = talkers.sentences["en"][at], talkers.speak("en", voice, at)
+        if args.hesitate > 0:
+            speech = hesitate(speech, args.hesitate)
         clean = np.concatenate([np.zeros(SR, np.float32), _at(speech, -26), np.zeros(SR, np.float32)])
         kind, snr = CONDITIONS[i % len(CONDITIONS)]
         if snr is None:

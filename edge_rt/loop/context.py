@@ -9,7 +9,10 @@ within ``within_s`` of the previous one's end:
 * **context**: Whisper may be conditioned on the previous final text (``<|startofprev|>``, as
   faster-whisper's ``condition_on_previous_text``), when the new utterance is in the same language;
 * **joint decoding**: the new utterance is decoded together with the previous one's audio, and what
-  follows the previous text is its text (continuation.py): the sentence a pause split is heard whole.
+  follows the previous text is its text (continuation.py): the sentence a pause split is heard whole;
+* **a dropped opening lent**: when the unsure gate dropped the previous utterance (Whisper wrote words,
+  too unsure to say them) and a new one starts within ``lend_within_s``, the new one is decoded once
+  more with that audio in front of it (recognize.py keeps it when it holds the new one's words).
 
 Pure bookkeeping over sample indices; the loop calls :meth:`Context.remember` when an utterance's
 final text is known and :meth:`Context.at` before decoding the next.
@@ -65,6 +68,15 @@ class ContextOptions:
     # (default pack; 12 English clips clean and in babble, brown, pink and music at 5 and 10 dB) was under
     # 0.4 s, so this changes none of them. Not tuned.
     joint_min_s: float = 0.4
+    # An utterance the unsure gate dropped (Whisper wrote words it was unsure of) is lent to one that starts
+    # within this many seconds after it: the new utterance is decoded once more with the dropped audio in
+    # front, and that decode is taken when it ends in the new utterance's own words (recognize.py). In
+    # noise the gate drops a sentence's opening that came out of nowhere ("and so my fellow there",
+    # log-probability -1.01, P(no speech) 0.31: JFK in pink noise at 5 dB), while the rest, 0.86 s later,
+    # passes. 2 s: a hesitation or a breath (within_s's 0.3-2 s); None: off. Not tuned: on generated audio
+    # (tools/tune_redecode.py --items 88, seeds 53 and 59, and seed 53 with --hesitate 0.8) no item changed,
+    # the gate drops whole sentences there; the eval's clips are reported in the README (Noise), not tuned on.
+    lend_within_s: float | None = 2.0
 
     def __post_init__(self):
         if self.within_s < 0:
@@ -81,6 +93,9 @@ class ContextOptions:
         if not 0 <= self.joint_min_s < self.joint_max_s:
             raise ValueError(f"ContextOptions.joint_min_s must be >= 0 and below joint_max_s ({self.joint_max_s} s), "
                              f"got {self.joint_min_s}")
+        if self.lend_within_s is not None and not 0 < self.lend_within_s <= self.within_s:
+            raise ValueError(f"ContextOptions.lend_within_s must be in (0, within_s] ({self.within_s} s) or None, "
+                             f"got {self.lend_within_s}")
 
 
 @dataclass(frozen=True)
@@ -104,6 +119,9 @@ class AsrContext:
     # Joint decoding (ContextOptions.joint): the previous utterance's first capture sample, its text and
     # language. None: decode the utterance on its own.
     joint: "Known | None" = None
+    # ContextOptions.lend_within_s: the first capture sample of an utterance the unsure gate dropped just
+    # before this one (its audio is lent to this one's decode); None: none.
+    lent: int | None = None
 
     def transcribe_kwargs(self, source: str | None, languages: tuple[str, ...] | None = None) -> dict:
         """Keywords for ``Asr.transcribe``: ``language`` (the given source wins), ``prompt`` if any, and
@@ -135,6 +153,7 @@ class Context:
         # (end sample, language, text, start sample) of the last two final utterances: the latest is the one
         # being finished while its source caption is still decoded; the one before is its context.
         self._heard: list[tuple[int, str, str, int | None]] = []
+        self._dropped: tuple[int, int] | None = None  # (start, end) of the last utterance the unsure gate dropped
 
     def remember(self, end_sample: int, lang: str, text: str, start_sample: int | None = None) -> None:
         """An utterance ending at capture sample ``end_sample`` (starting at ``start_sample``, if known)
@@ -146,8 +165,14 @@ class Context:
             self._heard.pop()
         self._heard = [*self._heard[-1:], (end_sample, lang, text.strip(), start_sample)]
 
+    def dropped(self, start_sample: int, end_sample: int) -> None:
+        """The unsure gate dropped the utterance [start_sample, end_sample): Whisper wrote words, too unsure to
+        say them (see ``ContextOptions.lend_within_s``)."""
+        self._dropped = (start_sample, end_sample)
+
     def forget(self) -> None:
         self._heard = []
+        self._dropped = None
 
     def at(self, start_sample: int) -> AsrContext:
         """The context for an utterance that starts at capture sample ``start_sample``: the latest
@@ -155,9 +180,18 @@ class Context:
         o = self.options
         before = [h for h in self._heard if h[0] <= start_sample]
         if not before or start_sample - before[-1][0] > o.within_s * SAMPLE_RATE:
-            return NONE
+            return self._lent(start_sample)
         _, lang, text, start = before[-1]
         language = None if o.switch_prob is None else KeepLanguage(lang, o.switch_prob)
         prompt = Prompt(text, lang) if o.prompt and text else None
         joint = Known(start, text, lang) if o.joint and text and start is not None else None
         return AsrContext(language, prompt, follows=True, joint=joint)
+
+    def _lent(self, start_sample: int) -> AsrContext:
+        """No final utterance within ``within_s``: the context lends the dropped utterance that ended at most
+        ``lend_within_s`` before ``start_sample``, if any (a final one after it would be within ``within_s``)."""
+        o, d = self.options, self._dropped
+        if (o.lend_within_s is None or d is None or not d[1] <= start_sample
+                or start_sample - d[1] > o.lend_within_s * SAMPLE_RATE):
+            return NONE
+        return AsrContext(lent=d[0])

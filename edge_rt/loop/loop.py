@@ -43,6 +43,7 @@ from edge_rt.loop.catchup import speaking_rate
 from edge_rt.loop.pause_watch import PauseWatch, speech_level
 from edge_rt.loop.phrase_cache import PhraseCache
 from edge_rt.loop.preroll import noisy_start
+from edge_rt.loop.repeats import said_once
 from edge_rt.loop.recognize import Hypothesis, asr_task, level, recognize, route_task, with_first_clause
 from edge_rt.loop.stages import Stages
 from edge_rt.loop.stream import LocalAgreement
@@ -139,6 +140,7 @@ class Loop:
                 self.redecode_off = str(e)
         self.redecoded = 0  # utterance decodes taken from the beam's second decode
         self.split = 0  # utterance decodes taken from their pieces (LoopOptions.split)
+        self.lent = 0  # utterance decodes taken with a dropped utterance's audio in front (ContextOptions.lend_within_s)
         # Fail now, not on the first utterance.
         if options.source is not None:
             stages.route(options.source, options.target)
@@ -409,10 +411,14 @@ class Loop:
                 and end - known.start_sample <= o.joint_max_s * SAMPLE_RATE
                 and route_task(asr_task(self.stages, self.options.target), known.lang) == "transcribe"):
             joint = self._level(self.history.slice(known.start_sample, end))
+        lent = None
+        if context.lent is not None and end - context.lent <= o.joint_max_s * SAMPLE_RATE:
+            lent = self._level(self.history.slice(context.lent, end))  # a dropped opening (ContextOptions.lend_within_s)
         hyp = recognize(self.stages, self.options, self._level(self.history.slice(start, end)), end,
-                        self.source.clock, context, self.phrases, joint, self._final_asr, self._redecode_asr)
+                        self.source.clock, context, self.phrases, joint, self._final_asr, self._redecode_asr, lent)
         self.redecoded += hyp.redecoded
         self.split += hyp.split
+        self.lent += hyp.lent
         return hyp
 
     def _rate(self) -> float:
@@ -440,10 +446,12 @@ class Loop:
             self.heard_kept += 1
         # Work done ahead counts as ready when the end was declared.
         detected = tr.t_ns["end_detected"]
-        tr.lang, tr.text, tr.redecoded, tr.split = hyp.lang, hyp.text, hyp.redecoded, hyp.split
+        tr.lang, tr.text, tr.redecoded, tr.split, tr.lent = hyp.lang, hyp.text, hyp.redecoded, hyp.split, hyp.lent
         self._errors_in_row = 0  # ASR and MT worked; a TTS failure is counted again
         if not _has_words(hyp):  # "" or a lone "." on noise
             tr.dropped = "no speech recognised (silence or noise)"
+            if hyp.gated:  # words Whisper was unsure of: lent to an utterance that follows at once
+                self._context.dropped(tr.start_sample, tr.end_sample)
             self._close(tr)
             return
         self._context.remember(tr.end_sample, tr.lang, tr.text, tr.start_sample)  # noise lends no language
@@ -480,8 +488,9 @@ class Loop:
     def _transcribe_source(self, tr: UtteranceTrace) -> None:
         audio = self._level(self.history.slice(tr.start_sample, tr.end_sample))
         try:
-            tr.text = self.stages.asr.transcribe(
+            text = self.stages.asr.transcribe(
                 audio, **self._context.at(tr.start_sample).transcribe_kwargs(tr.lang)).text.strip()
+            tr.text = said_once(text, tr.lang, self.options.repeat_words)  # as recognize() says the translated text
             self._context.remember(tr.end_sample, tr.lang, tr.text, tr.start_sample)
         except Exception as e:  # noqa: BLE001 - a caption only: the translation is already spoken
             self.errors.append(f"utterance {tr.utterance} source caption: {type(e).__name__}: {e}")

@@ -145,6 +145,13 @@ class LoopOptions:
     # them (split.py, SplitOptions; every route: the rate does not depend on the task). None: never. Defaults: see
     # SplitOptions (chosen on generated audio; README, Noise, reports the eval clips).
     split: SplitOptions | None = field(default_factory=SplitOptions)
+    # A run of this many words or more that Whisper wrote twice in a row is said once (repeats.py), in the final
+    # transcript and in a joint decode before the previous text is cut off (ContextOptions.joint). Across a
+    # hesitation Whisper may write the first half twice: 4 of 88 generated sentences with a 0.8-s pause in them,
+    # none of the same 88 without (tools/tune_redecode.py --hesitate 0.8, seed 53). 3, as RedecodeOptions.repeat_words
+    # (a speaker seldom says three words twice in a row); chosen on that generated audio, not on the eval's clips.
+    # None: off.
+    repeat_words: int | None = 3
 
     def __post_init__(self):
         if self.barge_in not in BARGE_IN:
@@ -160,6 +167,8 @@ class LoopOptions:
         if self.unsure is not None and not (0 <= self.unsure[0] < 1 and self.unsure[1] < 0):
             raise ValueError(f"unsure must be (P(no speech) in [0, 1), average log-probability < 0) or None, "
                              f"got {self.unsure}")
+        if self.repeat_words is not None and self.repeat_words < 1:
+            raise ValueError(f"repeat_words must be >= 1 or None (off), got {self.repeat_words}")
         if not 1 <= self.beam_size <= 16:
             raise ValueError(f"beam_size must be in 1..16 (1 = greedy), got {self.beam_size}")
         if self.phrase_cache is not None and self.phrase_cache < 1:

@@ -18,6 +18,7 @@ from edge_rt.loop.continuation import continuation
 from edge_rt.loop.foreground import foreground_start
 from edge_rt.loop.options import LoopOptions
 from edge_rt.loop.phrase_cache import PhraseCache
+from edge_rt.loop.repeats import said_once
 from edge_rt.loop.split import cuts, sparse
 from edge_rt.loop.stages import Stages
 from edge_rt.measure.scoring import normalize
@@ -46,6 +47,8 @@ class Hypothesis:
     end_mark_prob: float = float("nan")  # Whisper's P(sentence-final mark) where the text ends (AsrResult)
     redecoded: bool = False  # the words are a beam's, decoded again after an unsure greedy decode (redecode)
     split: bool = False  # the words are its pieces', decoded again after a sparse decode (split.py)
+    lent: bool = False  # the words start in the dropped utterance before it (ContextOptions.lend_within_s)
+    gated: bool = False  # no text because the unsure gate dropped the words Whisper wrote
 
 
 def level(audio: np.ndarray, options: LoopOptions) -> np.ndarray:
@@ -75,7 +78,7 @@ def route_task(task, lang: str) -> str:
 
 def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int, clock,
               context: AsrContext = NONE, phrases: PhraseCache | None = None,
-              joint: np.ndarray | None = None, asr=None, redecode=None) -> Hypothesis:
+              joint: np.ndarray | None = None, asr=None, redecode=None, lent: np.ndarray | None = None) -> Hypothesis:
     """One Whisper pass (language detection picks transcribe or translate) + MT of ``audio``
     (float32 16 kHz, already levelled), which ends at capture sample ``end``; ``context`` is what
     the previous utterance lends (its language, its text: see context.py); a phrase in ``phrases``
@@ -87,6 +90,11 @@ def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int,
     When the utterance gives no words and it opened on a background quieter than its loudest talker (babble:
     the VAD hears speech from the start), it is decoded once more from where that talker starts
     (``options.foreground``, :mod:`edge_rt.loop.foreground`); the retry passes the same gates.
+
+    ``lent``: the audio of an utterance the unsure gate dropped just before this one (``context.lent``) and this
+    one's, levelled. When this utterance has words, ``lent`` is decoded too, and taken in its place when it passes
+    the same gates, in the same language, and ends in this utterance's words with more before them
+    (:func:`_lent`): the opening the gate dropped was the start of this sentence.
 
     On a translate route the source-language transcript is not on the critical path: the loop
     decodes it after the first translated clause is on its way (``source_pending``).
@@ -121,6 +129,12 @@ def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int,
         if heard_again:
             first, heard = again, heard_again
             audio, joint = talker, None  # a second decode (redecode) hears the talker too
+    lent_taken = False
+    if heard and lent is not None and context.joint is None:
+        found = _lent(asr, options, context, lent, first, heard, task, kw)
+        if found is not None:
+            first, heard, lent_taken = found, found.text.strip(), True
+            audio = lent  # a second decode (redecode, pieces) hears the opening too
     redecoded = split = False
     # Transcripts only: the limit was tuned on them, and a Whisper translation scores lower than a transcript of
     # the same speech (see _unsure_transcript), so most translated utterances would be decoded twice.
@@ -137,7 +151,8 @@ def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int,
             first, heard, split = pieces, pieces.text, True
     if not heard:
         now = clock.now_ns()
-        return Hypothesis(end, first.language, "", "", now, now)
+        return Hypothesis(end, first.language, "", "", now, now, gated=has_words(first.text))
+    heard = said_once(heard, first.language, options.repeat_words)  # LoopOptions.repeat_words
     route = stages.route(first.language, target)
     translated = route.asr_task == "translate"
     asr_ns = clock.now_ns()
@@ -156,7 +171,7 @@ def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int,
         phrases.put_translation(key, spoken, 0.0)  # no MT on this route: the entry holds the first clause
     return Hypothesis(end, first.language, "" if translated else heard, spoken, asr_ns, clock.now_ns(),
                       source_pending=translated, phrase=key, end_mark_prob=first.end_mark_prob,
-                      redecoded=redecoded, split=split)
+                      redecoded=redecoded, split=split, lent=lent_taken)
 
 
 def _heard(asr, options: LoopOptions, context: AsrContext, audio: np.ndarray, result, task) -> str:
@@ -269,10 +284,33 @@ def _joint(asr, options: LoopOptions, audio: np.ndarray, samples: int, context: 
     result = asr.transcribe(audio, task=task, **kw)
     if result.language != known.lang or route_task(task, result.language) != "transcribe":
         return None
-    found = _after_known(options, context, result.text, result.language)
+    # The first half written twice across the pause ("Do you have this shirt? Do you have this shirt? and a larger
+    # size."): said once before the cut, so that the continuation is what follows it (LoopOptions.repeat_words).
+    once = said_once(result.text, result.language, options.repeat_words)
+    found = _after_known(options, context, once, result.language)
     if found is None or len(found.text.split()) < max(1.0, o.joint_min_words_per_s * samples / SAMPLE_RATE):
         return None
     return replace(result, text=found.text)
+
+
+def _lent(asr, options: LoopOptions, context: AsrContext, audio: np.ndarray, alone, heard: str, task, kw: dict):
+    """Whisper on ``audio`` (a dropped utterance's audio and this one's): its result when that passes the gates, is
+    a transcript in ``alone``'s language and ends in ``heard`` (``alone``'s kept text; at most ``joint_max_cost`` word
+    edits per word, the test joint decoding makes at the other end) with words before it; else None."""
+    if route_task(task, alone.language) != "transcribe":
+        return None
+    result = asr.transcribe(audio, task=task, **kw)
+    text = _heard(asr, options, context, audio, result, task)
+    if not text or result.language != alone.language:
+        return None
+    found = continuation(_reversed(heard), _reversed(text), result.language)
+    if found is None or found.cost > options.context.joint_max_cost or not has_words(found.text):
+        return None
+    return replace(result, text=text)
+
+
+def _reversed(text: str) -> str:
+    return " ".join(reversed(text.split()))
 
 
 def _after_known(options: LoopOptions, context: AsrContext, text: str, lang: str):

@@ -41,6 +41,7 @@ class UtteranceTrace:
     speculative: bool = False  # the final hypothesis was computed during the pause, before the end
     redecoded: bool = False  # its words are a beam's, after a greedy decode Whisper was unsure of (redecode)
     split: bool = False  # its words are its pieces', after a decode that said too little for its length (split.py)
+    lent: bool = False  # its words start in the utterance the unsure gate dropped before it (ContextOptions.lend_within_s)
     t_ns: dict[str, int] = field(default_factory=dict)
 
     def stamp(self, event: str, t_ns: int) -> None:

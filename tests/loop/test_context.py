@@ -72,3 +72,27 @@ def test_a_follow_up_is_decoded_with_the_previous_utterance_when_its_start_is_kn
                 {"joint_min_s": -0.1}, {"joint_min_s": 28.0}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             ContextOptions(**bad)
+
+
+def test_an_utterance_the_gate_dropped_is_lent_to_one_that_starts_at_once():
+    """ContextOptions.lend_within_s: the start of the last utterance the unsure gate dropped, for an utterance that
+    starts at most that long after its end, when no final utterance came in between."""
+    ctx = Context(ContextOptions(lend_within_s=2.0))
+    ctx.dropped(2 * SAMPLE_RATE, 4 * SAMPLE_RATE)
+    near = ctx.at(5 * SAMPLE_RATE)
+    assert near.lent == 2 * SAMPLE_RATE and not near.follows and near.joint is None  # the gate still applies
+    assert ctx.at(int(6.5 * SAMPLE_RATE)).lent is None  # 2.5 s later: not the same sentence
+    assert ctx.at(3 * SAMPLE_RATE).lent is None  # starts inside it: a later utterance's context, never its own
+    ctx.remember(6 * SAMPLE_RATE, "en", "Ask not", start_sample=5 * SAMPLE_RATE)
+    after = ctx.at(7 * SAMPLE_RATE)  # a final utterance since: it is the context (joint decoding), nothing lent
+    assert after.lent is None and after.joint == Known(5 * SAMPLE_RATE, "Ask not", "en")
+    ctx.forget()
+    ctx.dropped(2 * SAMPLE_RATE, 4 * SAMPLE_RATE)
+    ctx.forget()
+    assert ctx.at(5 * SAMPLE_RATE) is NONE
+    off = Context(ContextOptions(lend_within_s=None))
+    off.dropped(2 * SAMPLE_RATE, 4 * SAMPLE_RATE)
+    assert off.at(5 * SAMPLE_RATE) is NONE
+    for bad in (0.0, 6.0):
+        with pytest.raises(ValueError, match="lend_within_s"):
+            ContextOptions(lend_within_s=bad)

@@ -290,3 +290,83 @@ def test_a_beam_that_drops_greedys_words_or_repeats_itself_is_not_taken():
         RedecodeOptions(min_kept=1.5)
     with pytest.raises(ValueError, match="repeat_words must be >= 1"):
         RedecodeOptions(repeat_words=0)
+
+
+def test_a_dropped_opening_is_taken_only_where_the_decode_ends_in_the_utterances_words():
+    """recognize._lent: the decode with the dropped utterance's audio in front is taken when it passes the gates,
+    in the same language, ends in this utterance's words (at most joint_max_cost edits per word) and has words
+    before them; otherwise the utterance keeps its own decode."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from edge_rt.loop.recognize import _lent
+    from edge_rt.stages.asr.whisper import AsrResult
+
+    options = LoopOptions(target="pt")
+    audio = np.zeros(SAMPLE_RATE, np.float32)
+
+    def lent(text, lang="en", no_speech=0.05, logprob=-0.4, heard="Ask not what your country can do for you"):
+        result = AsrResult(text=text, language=lang, language_prob=0.9, no_speech_prob=no_speech,
+                           avg_logprob=logprob, compression_ratio=1.0, tokens=(), bucket_s=10)
+        asr = SimpleNamespace(transcribe=lambda a, **kw: result, options=SimpleNamespace(beam_size=1))
+        alone = SimpleNamespace(text=heard, language="en")
+        return _lent(asr, options, NONE, audio, alone, heard, "transcribe", {})
+
+    taken = lent("And so my fellow Americans, ask not what your country can do for you.")
+    assert taken is not None and taken.text.startswith("And so my fellow")
+    assert lent("And so my fellow Americans, ask not what your county can do for you.") is not None  # one edit
+    assert lent("Ask not what your country can do for you.") is None  # nothing before: nothing gained
+    assert lent("And so my fellow Americans, ask not.") is None  # does not end in the utterance's words
+    assert lent("Und so, meine Mitbürger, fragt nicht, was euer Land für euch tun kann.", "de") is None
+    assert lent("And so my fellow there, ask not what your country can do for you.", no_speech=0.4,
+                logprob=-1.2) is None  # the whole fails the unsure gate as its opening did
+    assert lent("你好 我们的国家", "zh", heard="我们的国家") is None  # no spaces: no word-level test
+
+
+@pytest.mark.slow
+def test_an_opening_the_gate_dropped_is_heard_with_the_rest_of_the_sentence(stages, speech_dir, speech_manifest):
+    """JFK in the noisy eval's pink noise at 5 dB: the loop's first utterance, "and so my fellow there", is dropped
+    by the unsure gate (P(no speech) 0.31, log-probability -1.01: speech out of nowhere), and the rest of the
+    sentence starts 0.86 s later. Lent to it (ContextOptions.lend_within_s), the opening is heard."""
+    from edge_rt.measure.noise import NoiseOptions, noisy_mixes
+    from edge_rt.measure.noise_eval import run_loop
+
+    pool = {m["id"]: read_audio(speech_dir / m["audio"]) for m in speech_manifest}
+    mix = next(noisy_mixes({"en_jfk": pool["en_jfk"]}, pool, NoiseOptions(kinds=("pink",), snrs_db=(5.0,))))
+    said = {}
+    for name, within in (("alone", None), ("lent", 2.0)):
+        options = LoopOptions(target="pt", partials=False, context=ContextOptions(lend_within_s=within))
+        traces, _ = run_loop(stages, mix.audio, options)
+        print(name, [(t.start_sample, t.end_sample, t.text, t.dropped, t.lent) for t in traces])
+        said[name] = (traces, normalize(" ".join(t.text for t in traces)).split())
+    alone, lent = said["alone"], said["lent"]
+    assert alone[0][0].dropped and "fellow" not in alone[1]  # not vacuous: the opening is lost without it
+    assert "fellow" in lent[1] and "country" in lent[1] and any(t.lent for t in lent[0])
+
+
+
+def test_a_joint_decode_that_writes_the_first_half_twice_is_cut_after_both_copies():
+    """recognize._joint with LoopOptions.repeat_words: across a hesitation Whisper may write the first half again;
+    it is said once before the previous text is cut off, so the continuation is what follows it."""
+    from types import SimpleNamespace
+
+    from edge_rt.loop.recognize import _joint
+    from edge_rt.stages.asr.whisper import AsrResult
+
+    def joint(previous, text, repeat_words=3):
+        result = AsrResult(text=text, language="en", language_prob=0.9, no_speech_prob=0.05, avg_logprob=-0.3,
+                           compression_ratio=1.0, tokens=(), bucket_s=10)
+        asr = SimpleNamespace(transcribe=lambda a, **kw: result)
+        ctx = Context(ContextOptions())
+        ctx.remember(2 * SAMPLE_RATE, "en", previous, start_sample=0)
+        options = LoopOptions(target="pt", repeat_words=repeat_words)
+        found = _joint(asr, options, None, SAMPLE_RATE, ctx.at(3 * SAMPLE_RATE), "transcribe", {})
+        return None if found is None else found.text
+
+    assert joint("They're 12 months.", "They're 12 months. It's in a year.") == "It's in a year."
+    assert joint("They're 12 months.", "They're 12 months. It's in a year. It's in a year.") == "It's in a year."
+    assert joint("Do you have this shirt?", "Do you have this shirt? Do you have this shirt? and a larger size.") \
+        == "and a larger size."
+    assert joint("Do you have this shirt?", "Do you have this shirt? Do you have this shirt? and a larger size.",
+                 repeat_words=None) == "Do you have this shirt? and a larger size."  # off: as before
