@@ -9,7 +9,7 @@ from edge_rt.cli.measure import _cmd_bench, _cmd_eval, _cmd_selftest
 from edge_rt.cli.noise import add_noise_args
 from edge_rt.cli.ops import _cmd_doctor, _cmd_replay, _cmd_report, _cmd_serve
 from edge_rt.cli.speech import _cmd_devices, _cmd_run, _cmd_translate
-from edge_rt.cli.common import add_noisy_preroll_arg, add_redecode_arg, add_split_arg, beam_size
+from edge_rt.cli.common import add_noisy_preroll_arg, add_paused_args, add_redecode_arg, add_split_arg, beam_size
 from edge_rt.errors import EdgeRtError
 
 
@@ -152,9 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_turn_arg(b)
     b.add_argument("--memory", action="store_true",
                    help="also measure the loop's own peak RSS after warm-up and cold start in a fresh process")
-    b.add_argument("--paused", action="store_true",
-                   help="also run the paused-speech set: each clip with a word-search pause inside a sentence")
-    b.add_argument("--pause-ms", type=int, default=None, metavar="MS", help="with --paused: pause length (default 600)")
+    add_paused_args(b, "also run the paused-speech set")
     b.add_argument("--check", default=None, metavar="FILE",
                    help="perf-regression check: run FILE's clips, fail if a stage's time in units of a speed "
                         "probe grew beyond FILE's tolerance, the loop is not faster than serial, or a clip failed")

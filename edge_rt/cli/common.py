@@ -124,3 +124,26 @@ def beam_size(text: str) -> int:
     if not 1 <= n <= 16:
         raise argparse.ArgumentTypeError(f"--beam takes 1 (greedy) to 16 hypotheses, e.g. --beam 5; got {text!r}")
     return n
+
+
+def add_paused_args(p, what: str) -> None:
+    """--paused / --pause-ms: ``what`` is run on the clips with a word-search pause inserted (measure/paused.py)."""
+    p.add_argument("--paused", action="store_true",
+                   help=f"{what}: each clip with a word-search pause inside a sentence")
+    p.add_argument("--pause-ms", type=int, default=None, metavar="MS", help="with --paused: pause length (default 600)")
+
+
+def paused_options(args: argparse.Namespace):
+    """PauseOptions for --paused / --pause-ms (None: no paused-speech set)."""
+    from edge_rt.errors import EdgeRtError
+
+    if not args.paused:
+        if args.pause_ms is not None:
+            raise EdgeRtError("--pause-ms needs --paused")
+        return None
+    from edge_rt.measure.paused import PauseOptions
+
+    try:
+        return PauseOptions() if args.pause_ms is None else PauseOptions(pause_ms=args.pause_ms)
+    except ValueError as e:
+        raise EdgeRtError(f"--pause-ms: {e}") from e

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from edge_rt.cli.common import _turn_options
+from edge_rt.cli.common import _turn_options, paused_options
 from edge_rt.errors import EdgeRtError
 
 
@@ -44,20 +44,6 @@ def _speculation(args: argparse.Namespace) -> dict:
     return {} if args.speculate_after_ms is None else {"speculate_after_ms": args.speculate_after_ms}
 
 
-def _paused(args: argparse.Namespace):
-    """PauseOptions for --paused / --pause-ms (None: no paused-speech set)."""
-    if not args.paused:
-        if args.pause_ms is not None:
-            raise EdgeRtError("--pause-ms needs --paused")
-        return None
-    from edge_rt.measure.paused import PauseOptions
-
-    try:
-        return PauseOptions() if args.pause_ms is None else PauseOptions(pause_ms=args.pause_ms)
-    except ValueError as e:
-        raise EdgeRtError(f"--pause-ms: {e}") from e
-
-
 def _cmd_bench(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -90,7 +76,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                         turn_policy=not args.no_turn_policy, **_speculation(args), peer=args.peer, peer_wait_ms=args.peer_wait_ms,
                         speed_repeats=5 if (args.check or args.record_check) else 0,
                         slowdown=os.environ.get("EDGE_RT_BENCH_SLOWDOWN", ""),  # test hook: measure/slowdown.py
-                        speech_dir=Path(args.speech_dir) if args.speech_dir else None, paused=_paused(args),
+                        speech_dir=Path(args.speech_dir) if args.speech_dir else None, paused=paused_options(args),
                         memory=args.memory, beam_size=args.beam, redecode=args.redecode, split=args.split,
                         noisy_preroll=args.noisy_preroll,
                         turn=_turn_options(args))
@@ -164,6 +150,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         from edge_rt.cli.noise import cmd_eval_noise
 
         return cmd_eval_noise(args, args.precisions or "int8")
+    if args.paused or args.pause_ms is not None:
+        raise EdgeRtError("eval --paused mixes paused clips with noise: add --noise (e.g. edge-rt eval --noise "
+                          "--paused --kinds pink --snr 5); for the live paused-speech set use edge-rt bench --paused")
     precisions = tuple((args.precisions or "int8,fp32").split(","))
     for p in precisions:
         if p not in ("int8", "fp32"):

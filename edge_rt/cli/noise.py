@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from edge_rt.cli.common import add_noisy_preroll_arg, add_redecode_arg, add_split_arg, beam_size
+from edge_rt.cli.common import (add_noisy_preroll_arg, add_paused_args, add_redecode_arg, add_split_arg, beam_size,
+                                paused_options)
 from edge_rt.errors import EdgeRtError
 
 
@@ -34,6 +35,7 @@ def add_noise_args(e: argparse.ArgumentParser) -> None:
     add_redecode_arg(g)
     add_split_arg(g)
     add_noisy_preroll_arg(g)
+    add_paused_args(g, "hesitations in noise: mix and score, for the loop and the peer alike, the clips")
     e.set_defaults(precisions=None)  # --precisions: int8,fp32 for the plain eval, int8 with --noise
 
 
@@ -69,7 +71,7 @@ def cmd_eval_noise(args: argparse.Namespace, precision: str) -> int:
         raise EdgeRtError(str(err)) from err
     opts = NoiseEvalOptions(pack=args.pack, precision=precision, threads=args.threads, backend=args.backend,
                             clips=tuple(args.clip), limit=args.clips, noise=noise, peer=args.peer,
-                            given_language=args.given_language,
+                            given_language=args.given_language, paused=paused_options(args),
                             frontends=("off", "on") if args.frontend == "both" else (args.frontend,),
                             loop_overrides=((("beam_size", args.beam),) if args.beam != 1 else ())
                             + ((("redecode", args.redecode),) if args.redecode != RedecodeOptions() else ())

@@ -40,6 +40,7 @@ from edge_rt.loop.options import LoopOptions
 from edge_rt.loop.stages import Stages
 from edge_rt.loop.trace import UtteranceTrace, percentiles
 from edge_rt.measure.noise import NoiseOptions, NoisyMix, noisy_mixes
+from edge_rt.measure.paused import PauseOptions, paused_clip
 from edge_rt.measure.scoring import wer
 from edge_rt.stages.asr.tokenizer import has_words
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME
@@ -75,6 +76,10 @@ class NoiseEvalOptions:
     # tools/try_noise_suppressor.py); the clean references and the peer get the audio as mixed.
     enhance: Callable[[np.ndarray], np.ndarray] | None = None
     speech_dir: Path | None = None
+    # Each clip with a word-search pause inserted mid-sentence before it is mixed (bench's paused set: paused.py,
+    # room tone in the pause, the noise running through it); clips with no place for one are left out. None: as
+    # recorded. Hesitations in noise, for the loop and the peer alike.
+    paused: PauseOptions | None = None
 
 
 # -- pure scoring --------------------------------------------------------------------------------
@@ -237,6 +242,7 @@ def _loop_row(stages: Stages, audio: np.ndarray, lo: LoopOptions, reference: dic
         "utterances": len(traces),
         "end_reasons": [t.end_reason for t in traces],
         "split": sum(t.split for t in traces),  # utterances said from their pieces (LoopOptions.split)
+        "lent": sum(t.lent for t in traces),  # utterances said with a dropped one's audio (ContextOptions.lend_within_s)
         "langs": sorted({t.lang for t in traces if t.lang}),
         "invented": [u[2] for u in invented(said, ref_spans)],
         "drops": drops.reasons,
@@ -412,10 +418,15 @@ def evaluate_noise(options: NoiseEvalOptions, log: Callable[[dict], None] = lamb
 
         peer = PeerStack.load(pack, stages, options.threads)
     runner = _Runner(stages, peer, options)
+    speech = {c["id"]: pool[c["id"]] for c in clips}
+    if options.paused is not None:  # hesitations: the clips' paused versions (the babble pool stays as recorded)
+        paused = {cid: paused_clip(cid, audio, stages.vad, options.paused) for cid, audio in speech.items()}
+        speech = {cid: p.audio for cid, p in paused.items() if p is not None}
+        clips = [c for c in clips if c["id"] in speech]
     by_id = {c["id"]: c for c in clips}
     rows: list[dict] = []
     current = None
-    for m in noisy_mixes({c["id"]: pool[c["id"]] for c in clips}, pool, options.noise):
+    for m in noisy_mixes(speech, pool, options.noise):
         c = by_id[m.clip_id]
         if not runner.decoded(c) and options.vad_langs is not None and c["lang"] not in options.vad_langs:
             continue
@@ -436,6 +447,7 @@ def evaluate_noise(options: NoiseEvalOptions, log: Callable[[dict], None] = lamb
                     summary.append({"frontend": fe, "kind": kind, "snr_db": snr, **_summary(group, options.peer)})
     return {"pack": options.pack, "precision": options.precision, "peer": options.peer,
             "given_language": options.given_language, "frontends": list(options.frontends),
+            "paused": None if options.paused is None else dataclasses.asdict(options.paused),
             "loop_overrides": [[k, repr(v)] for k, v in options.loop_overrides],
             "noise": dataclasses.asdict(options.noise), "clips": [c["id"] for c in clips],
             "summary": summary, "mixes": rows}

@@ -109,12 +109,30 @@ def test_an_experiments_processing_reaches_the_loop_and_not_the_references(tiny_
     assert brown["loop"]["empty"] == 1 and brown["vad"]["recall"] == 0.0  # the loop heard the silence
 
 
+def test_hesitations_in_noise_mix_the_paused_clips(tiny_pack, speech_dir):
+    """NoiseEvalOptions.paused (eval --noise --paused): each clip gets bench's word-search pause before it is mixed;
+    the clean reference is the paused clip too, so the pause counts as no speech."""
+    from edge_rt.measure.paused import PauseOptions
+
+    r = evaluate_noise(NoiseEvalOptions(pack="tiny", clips=("en_jfk",), paused=PauseOptions(pause_ms=900),
+                                        noise=NoiseOptions(kinds=("brown",), snrs_db=(10.0,))))
+    clean, brown = r["summary"]
+    assert r["paused"]["pause_ms"] == 900 and r["clips"] == ["en_jfk"]
+    recorded = len(read_audio(speech_dir / "en_jfk.wav"))
+    assert r["mixes"][0]["loop"]["spans"][-1][1] > recorded  # the clip is 900 ms longer: its speech ends later
+    assert "country" in r["mixes"][-1]["loop"]["text"].lower() and brown["mixes"] == 1
+
+
 def test_cli_rejects_bad_noise_options(tiny_pack):
     for flags, msg in ((["--kinds", "traffic"], "noise kinds are"), (["--snr", "5,loud"], "--snr takes numbers"),
-                       (["--precisions", "int8,fp32"], "one precision")):
+                       (["--precisions", "int8,fp32"], "one precision"), (["--pause-ms", "600"], "needs --paused"),
+                       (["--paused", "--pause-ms", "-5"], "--pause-ms")):
         proc = subprocess.run([sys.executable, "-m", "edge_rt", "eval", "--noise", "--pack", "tiny", *flags],
                               capture_output=True, text=True)
         assert proc.returncode == 2 and msg in proc.stderr, proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "edge_rt", "eval", "--paused", "--pack", "tiny"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "add --noise" in proc.stderr, proc.stderr
 
 
 def test_cli_json(tiny_pack):
