@@ -89,6 +89,12 @@ class LoopConfig:
     # An utterance whose opening speech stands less than this many dB over the second before it starts further
     # back (LoopOptions.noisy_preroll); 0 = never.
     noisy_preroll_below: float = NoisyPrerollOptions.below_db
+    # A run of this many words or more that Whisper wrote twice in a row is said once (LoopOptions.repeat_words);
+    # 0 = say what Whisper wrote.
+    repeat_words: int = 3
+    # An utterance the unsure gate dropped is lent to one that starts within this many seconds after it
+    # (ContextOptions.lend_within_s); 0 = never.
+    lend_within_s: float = 2.0
     latency_budget_ms: int = 1500  # end of speech → first output; a miss triggers a flight-recorder dump
 
 
@@ -297,7 +303,9 @@ _RULES = {
              "complete_after_ms": _int_range(0, TurnOptions.max_pause_ms - 1, " ms"),
              "redecode_below": lambda v: None if v is None or -5 <= v <= 0 else "must be between -5 and 0 (0: off)",
              "split_below": lambda v: None if v is None or 0 <= v <= 20 else "must be between 0 and 20 (0: off)",
-             "noisy_preroll_below": lambda v: None if v is None or 0 <= v <= 60 else "must be between 0 and 60 dB (0: off)"},
+             "noisy_preroll_below": lambda v: None if v is None or 0 <= v <= 60 else "must be between 0 and 60 dB (0: off)",
+             "repeat_words": _int_range(0, 50, " words (0: off)"),
+             "lend_within_s": lambda v: None if v is None or 0 <= v <= 5 else "must be between 0 and 5 s (0: off)"},
     "record": {"dir": check_dir, "flight_s": lambda v: None if v is None or 1 <= v <= 60 else "must be between 1 and 60 s",
                "max_dumps": _int_range(0, 10000)},
     "metrics": {"port": _int_range(0, 65535), "bind": _bind},

@@ -7,14 +7,16 @@ order alternating from clip to clip: ``complete_after_ms`` (TurnOptions: the pau
 judged complete ends), ``beam_size`` (LoopOptions: beam search for the text that is translated),
 ``redecode`` (LoopOptions: ``off`` or the log-probability below which a greedy decode is decoded again
 with a beam), ``preroll_ms`` (EndpointOptions: audio kept before an utterance's first speech frame) or
-``noisy_preroll`` (LoopOptions: ``off`` or the dB below which an utterance opening out of noise starts further back).
+``noisy_preroll`` (LoopOptions: ``off`` or the dB below which an utterance opening out of noise starts further back),
+``repeat_words`` (LoopOptions: ``off`` or the words of a run written twice in a row that is said once) or
+``lend_within_s`` (ContextOptions: ``off`` or the seconds within which a dropped utterance is lent to the next).
 Prints per clip and setting the turn latency, whether a translation started before the speaker's final
-end (talk-over), then for each setting and set: turn latency P50/P95, the talk-over rate, the English
+end (talk-over), both settings' captions where they differ, then for each setting and set: turn latency P50/P95, the talk-over rate, the English
 WER of the live captions, and the paired latency ratio. Needs an idle machine (~25 min for the 33 clips
 and their paused versions with two settings).
 
     python tools/loop_ab.py [--vary complete_after_ms=64,256 | beam_size=1,5 | redecode=off,-0.5 | preroll_ms=192,320
-                             | noisy_preroll=off,20] [--limit N]
+                             | noisy_preroll=off,20 | repeat_words=off,3 | lend_within_s=off,2] [--limit N]
                             [--no-paused]
 """
 
@@ -30,6 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from edge_rt.audio.files import read_audio  # noqa: E402
+from edge_rt.loop.context import ContextOptions  # noqa: E402
 from edge_rt.loop.endpoint import EndpointOptions  # noqa: E402
 from edge_rt.loop.options import RedecodeOptions  # noqa: E402
 from edge_rt.loop.preroll import NoisyPrerollOptions  # noqa: E402
@@ -49,6 +52,11 @@ KNOBS = {
     "preroll_ms": lambda v: {"endpoint": dataclasses.replace(EndpointOptions(), preroll_ms=int(v))},
     # more pre-roll for an utterance that opens out of noise (LoopOptions.noisy_preroll): off or its below_db
     "noisy_preroll": lambda v: {"noisy_preroll": None if v == "off" else NoisyPrerollOptions(below_db=float(v))},
+    # a run of this many words written twice in a row said once (LoopOptions.repeat_words): off or the words
+    "repeat_words": lambda v: {"repeat_words": None if v == "off" else int(v)},
+    # an utterance the unsure gate dropped lent to one that starts within this many seconds (ContextOptions)
+    "lend_within_s": lambda v: {"context": dataclasses.replace(ContextOptions(),
+                                                               lend_within_s=None if v == "off" else float(v))},
 }
 
 
@@ -90,6 +98,9 @@ def main(argv=None) -> int:
             rows[kind].append((clip, result))
             print(f"{clip['id']} ({kind}) " + "  ".join(
                 f"{n}: {_ms(v[0])}{' talk-over' if v[1] else ''}" for n, v in result.items()), flush=True)
+            if len({v[2] for v in result.values()}) > 1:  # the captions differ: say how
+                for n, v in result.items():
+                    print(f"    {n}: {v[2]!r}", flush=True)
     for kind, rs in rows.items():
         if not rs:
             continue

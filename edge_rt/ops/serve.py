@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from edge_rt.config import Config
 from edge_rt.loop.observer import LoopObserver
 from edge_rt.ops.service import Notifier
 from edge_rt.loop.trace import UtteranceTrace
+
+if TYPE_CHECKING:
+    from edge_rt.loop.options import LoopOptions
 
 __all__ = ["ServiceObserver", "Server"]
 
@@ -114,12 +117,6 @@ class Server:
 
     def run(self) -> int:
         from edge_rt.audio.devices import AudioBackendWedged, AudioDeviceError, DeviceSink, DeviceSource, rescan
-        from edge_rt.loop.endpoint import EndpointOptions
-        from edge_rt.loop.loop import LoopOptions
-        from edge_rt.loop.preroll import NoisyPrerollOptions
-        from edge_rt.loop.redecode import RedecodeOptions
-        from edge_rt.loop.split import SplitOptions
-        from edge_rt.loop.turn_policy import TurnOptions
         from edge_rt.pipeline import StageOptions, load_stages
         from edge_rt.pack import BuiltPack
 
@@ -129,15 +126,7 @@ class Server:
         stages = load_stages(pack, StageOptions(precision=c.pack.precision, threads=c.pack.threads,
                                                 backend=c.engine.backend, target=c.translate.to))
         self.log(f"backend: {stages.backend.name} ({stages.backend.reason})")
-        options = LoopOptions(target=c.translate.to, source=c.translate.source,
-                              endpoint=EndpointOptions(hangover_ms=c.loop.hangover_ms),
-                              turn=TurnOptions(complete_after_ms=c.loop.complete_after_ms),
-                              redecode=(RedecodeOptions(below_logprob=c.loop.redecode_below)
-                                        if c.loop.redecode_below < 0 else None),
-                              split=SplitOptions(below_tokens_per_s=c.loop.split_below) if c.loop.split_below > 0 else None,
-                              noisy_preroll=(NoisyPrerollOptions(below_db=c.loop.noisy_preroll_below)
-                                             if c.loop.noisy_preroll_below > 0 else None),
-                              keep_traces=1000)  # always on: memory must not grow with every utterance
+        options = loop_options(c)
         if c.metrics.port:  # one registry for the whole service life, across audio reopenings
             from edge_rt.ops.metrics import Metrics
 
@@ -229,3 +218,26 @@ class Server:
             lost = observer.stalled or (error and isinstance(error[0], AudioDeviceError))
             recording.close(stopped_by="signal" if self._stop.is_set() else "audio" if lost else "error")
         return (error[0] if error else None), observer.stalled
+
+
+def loop_options(c: Config) -> LoopOptions:
+    """The service's LoopOptions from its config ([translate] and [loop]; 0 turns a [loop] feature off)."""
+    from edge_rt.loop.context import ContextOptions
+    from edge_rt.loop.endpoint import EndpointOptions
+    from edge_rt.loop.loop import LoopOptions
+    from edge_rt.loop.preroll import NoisyPrerollOptions
+    from edge_rt.loop.redecode import RedecodeOptions
+    from edge_rt.loop.split import SplitOptions
+    from edge_rt.loop.turn_policy import TurnOptions
+
+    return LoopOptions(target=c.translate.to, source=c.translate.source,
+                       endpoint=EndpointOptions(hangover_ms=c.loop.hangover_ms),
+                       turn=TurnOptions(complete_after_ms=c.loop.complete_after_ms),
+                       redecode=(RedecodeOptions(below_logprob=c.loop.redecode_below)
+                                 if c.loop.redecode_below < 0 else None),
+                       split=SplitOptions(below_tokens_per_s=c.loop.split_below) if c.loop.split_below > 0 else None,
+                       noisy_preroll=(NoisyPrerollOptions(below_db=c.loop.noisy_preroll_below)
+                                      if c.loop.noisy_preroll_below > 0 else None),
+                       repeat_words=c.loop.repeat_words or None,
+                       context=ContextOptions(lend_within_s=c.loop.lend_within_s or None),
+                       keep_traces=1000)  # always on: memory must not grow with every utterance
