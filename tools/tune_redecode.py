@@ -44,6 +44,7 @@ from tune_unsure import _at, talkers_and_stages  # noqa: E402  (the same generat
 from edge_rt.loop.options import LoopOptions, RedecodeOptions, SplitOptions  # noqa: E402
 from edge_rt.measure.noise import make_noise, mix_at_snr  # noqa: E402
 from edge_rt.measure.noise_eval import run_loop  # noqa: E402
+from edge_rt.measure.paused import insert_pauses  # noqa: E402
 from edge_rt.measure.scoring import wer  # noqa: E402
 from edge_rt.units import SAMPLE_RATE as SR  # noqa: E402
 
@@ -127,7 +128,7 @@ def hesitate(speech: np.ndarray, seconds: float) -> np.ndarray:
     n = len(speech) // frame
     energy = (speech[:n * frame].reshape(n, frame).astype(np.float64) ** 2).mean(axis=1)
     at = (n // 3 + int(np.argmin(energy[n // 3: 2 * n // 3]))) * frame + frame // 2
-    return np.concatenate([speech[:at], np.zeros(int(seconds * SR), np.float32), speech[at:]])
+    return insert_pauses(speech, [at], [np.zeros(int(seconds * SR), np.float32)])[0]
 
 
 def main(argv: list[str] | None = None) -> int:

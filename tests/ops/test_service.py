@@ -139,12 +139,13 @@ def test_serve_bad_config_exits_78(tmp_path):
 def test_the_service_loop_options_follow_the_loop_config():
     """[loop] keys reach the service's LoopOptions (ops/serve.loop_options); 0 turns a feature off."""
     from edge_rt.config import Config
+    from edge_rt.loop.context import ContextOptions
     from edge_rt.loop.options import LoopOptions
     from edge_rt.ops.serve import loop_options
 
-    default = loop_options(Config())
+    default = loop_options(Config())  # the config's defaults are the options' own
     assert default.repeat_words == LoopOptions(target="pt").repeat_words == 3
-    assert default.context.lend_within_s == 2.0 and default.keep_traces == 1000
+    assert default.context.lend_within_s == ContextOptions().lend_within_s == 2.0 and default.keep_traces == 1000
     assert default.noisy_preroll is not None and default.split is not None and default.redecode is not None
     off = loop_options(Config.from_dict({"loop": {"repeat_words": 0, "lend_within_s": 0, "noisy_preroll_below": 0,
                                                   "split_below": 0, "redecode_below": 0, "complete_after_ms": 128},

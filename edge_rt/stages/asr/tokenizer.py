@@ -18,7 +18,6 @@ TASKS = ("transcribe", "translate")
 SENTENCE_FINAL = (".", "?", "!", "。", "？", "！")
 
 
-
 def has_words(text: str) -> bool:
     """Whether ``text`` says anything: a letter or digit in it (not "", not a lone "." Whisper writes on noise)."""
     return any(c.isalnum() for c in text)
