@@ -66,3 +66,36 @@ def test_device_cache_decoder_gives_the_host_cache_logits(tiny_pack, speech_dir,
     n = entry["dims"]["n_text_layer"]
     assert outputs == {"logits"} | {f"self_{c}_out_{i}" for i in range(n) for c in "kv"}
     assert kw["host_outputs"] == ["logits"] and kw["device_resident"]["self_v_0"] == "self_v_out_0"
+
+
+@pytest.mark.slow
+def test_the_window_buckets_share_one_cross_attention_buffer(tiny_pack, speech_dir):
+    """Each bucket's cross K/V are the front of one buffer: a long window written in between changes nothing
+    in a short one encoded again, and only the longest window's worth stays resident."""
+    from tokenizers import Tokenizer
+
+    entry = tiny_pack.stage("asr")
+    opts = SessionOptions(intra_op_threads=2)
+    inference = WhisperInference(OrtEngine(tiny_pack.model("asr", "encoder"), opts),
+                                 OrtEngine(tiny_pack.model("asr", "decoder"), opts), entry["dims"])
+    token = Tokenizer.from_file(str(tiny_pack.asset("asr", "tokenizer"))).token_to_id("<|startoftranscript|>")
+    jfk, _ = sf.read(speech_dir / "en_jfk.wav", dtype="float32")
+    other, _ = sf.read(speech_dir / "de_fleurs_test_009.wav", dtype="float32")
+
+    def greedy(mel):
+        inference.encode(mel)
+        tok, out = token, []
+        for offset in range(STEPS):
+            logits = inference.step(tok, offset)
+            out.append(logits.copy())
+            tok = int(logits.argmax())
+        return np.stack(out)
+
+    short, long = bucket_frames(10), bucket_frames(30)
+    first = greedy(window(log_mel(jfk), 0, short))
+    greedy(window(log_mel(other), 0, long))  # overwrites the buffer's front with other speech
+    np.testing.assert_array_equal(greedy(window(log_mel(jfk), 0, short)), first)
+    for a, b in zip(inference.cross(short), inference.cross(long)):
+        assert np.shares_memory(a, b) and a.flags.c_contiguous
+    with pytest.raises(ValueError, match="n_audio_ctx"):
+        inference.mel_buffer(long + 2)
