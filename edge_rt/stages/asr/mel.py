@@ -18,6 +18,7 @@ N_FREQS = N_FFT // 2 + 1  # 201 rFFT bins
 TAIL_PAD = HOP_LENGTH  # samples of zeros appended before the STFT (faster-whisper's ``padding=160``)
 LOG_FLOOR = 1e-10  # power floor before log10
 DYNAMIC_RANGE = 8.0  # decades kept below the loudest bin
+BLOCK_FRAMES = 500  # STFT frames transformed at a time (5 s of audio)
 
 # Slaney mel scale: linear below 1 kHz, logarithmic above.
 _F_SP = 200.0 / 3  # Hz per mel in the linear part
@@ -83,10 +84,16 @@ def log_mel(audio: np.ndarray, *, tail_pad: int = TAIL_PAD) -> np.ndarray:
         )
     x = np.pad(audio.astype(np.float32, copy=False), (0, tail_pad))
     x = np.pad(x, (N_FFT // 2, N_FFT // 2), mode="reflect")  # centred frames
-    n_frames = 1 + (len(x) - N_FFT) // HOP_LENGTH
+    n_frames = 1 + (len(x) - N_FFT) // HOP_LENGTH - 1  # the final STFT frame is dropped, as in Whisper
     frames = np.lib.stride_tricks.as_strided(x, (n_frames, N_FFT), (HOP_LENGTH * x.strides[0], x.strides[0]))
-    spec = np.fft.rfft(frames * _window(), n=N_FFT, axis=-1).astype(np.complex64).T  # [201, frames]
-    power = np.abs(spec[:, :-1]) ** 2  # the final STFT frame is dropped, as in Whisper
+    # The power spectrum [201, frames] (column-major, as the transposed FFT output it was), filled BLOCK_FRAMES
+    # frames at a time: the FFT's complex128 output and the windowed frames of a 28-s utterance were ~20 MB
+    # of temporaries at once, which stayed in the process's heap. Each frame's arithmetic is unchanged, and
+    # the mel product is one product over all frames as before: the same floats, bit for bit (tests).
+    power = np.empty((n_frames, N_FREQS), np.float32).T
+    for b in range(0, n_frames, BLOCK_FRAMES):
+        spec = np.fft.rfft(frames[b : b + BLOCK_FRAMES] * _window(), n=N_FFT, axis=-1).astype(np.complex64).T
+        np.square(np.abs(spec), out=power[:, b : b + BLOCK_FRAMES])
     mel = mel_filters() @ power
     log = np.log10(np.clip(mel, LOG_FLOOR, None))
     log = np.maximum(log, log.max() - DYNAMIC_RANGE)
