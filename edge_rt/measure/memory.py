@@ -14,7 +14,9 @@ listens, then translates the given clips through the loop, and reports:
   arenas have grown to what these inputs need).
 - ``peak_after_warmup_mb``: the high-water mark of a second pass over the same clips, the kernel's
   ``VmHWM`` reset after the warm-up (``/proc/self/clear_refs``): the figure the 8-GB target
-  (``<= 600 MB``) is about.
+  (``<= 600 MB``) is about. Each pass ends with the longest window the loop decodes (``joint_window``:
+  a follow-up decoded together with the utterance before it, Whisper's 30-s window), which
+  ``translate_audio`` alone never makes: without it the figure left out the loop's worst case.
 
 Linux only (``/proc``); elsewhere the figures are ``None``.
 
@@ -76,13 +78,16 @@ class MemoryReport:
     # The beam an unsure greedy decode is decoded again with (LoopOptions.redecode; 0: off). Clean clips rarely
     # take it, noise does: both passes decode every utterance once more with it, so its cache is in the peak.
     redecode_beam: int = 0
+    # Each pass ends with the joint decode's window (ContextOptions.joint_max_s of the clips end to end), the
+    # longest the loop decodes: Whisper's 30-s window, with the re-decode's beam when it is on.
+    joint_window: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
 def measure_memory(pack: str | Path, clips: Sequence[str | Path], *, precision: str = "int8", threads: int = 2,
-                   target: str = "pt", beam_size: int = 1, redecode_beam: int = 5,
+                   target: str = "pt", beam_size: int = 1, redecode_beam: int = 5, joint_window: bool = True,
                    timeout_s: float = 900.0) -> MemoryReport:
     """Load ``pack`` on the CPU in a new process, translate ``clips`` into ``target`` twice, return its figures.
 
@@ -94,6 +99,10 @@ def measure_memory(pack: str | Path, clips: Sequence[str | Path], *, precision: 
         beam_size: the loop's beam search for the text it translates (``--beam``; its cache is part of the peak).
         redecode_beam: the beam an unsure greedy decode is decoded again with (``LoopOptions.redecode``; 0: off);
             with ``beam_size`` 1, each pass also decodes every utterance with it once (its memory is part of the peak).
+        joint_window: each pass ends by decoding the clips end to end, repeated or cut to
+            ``ContextOptions.joint_max_s`` (28 s), as the loop decodes a follow-up together with the
+            utterance before it: Whisper's 30-s window, the largest encoder run (with the re-decode's beam
+            when it is on).
 
     Raises:
         ValueError: no clips.
@@ -103,7 +112,8 @@ def measure_memory(pack: str | Path, clips: Sequence[str | Path], *, precision: 
         raise ValueError("measure_memory needs at least one clip to warm up and measure the loop on")
     cmd = [sys.executable, "-m", "edge_rt.measure.memory", "--pack", str(pack), "--precision", precision,
            "--threads", str(threads), "--to", target, "--beam", str(beam_size),
-           "--redecode-beam", str(redecode_beam if beam_size == 1 else 0), *(str(c) for c in clips)]
+           "--redecode-beam", str(redecode_beam if beam_size == 1 else 0),
+           *(() if joint_window else ("--no-joint-window",)), *(str(c) for c in clips)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
         raise RuntimeError(f"the memory measurement process failed (exit {proc.returncode}): "
@@ -147,7 +157,10 @@ def _child(args: argparse.Namespace) -> dict:
     import rich.console  # noqa: F401
 
     from edge_rt.audio.files import read_audio
+    import numpy as np
+
     from edge_rt.loop.captions import Captions  # noqa: F401
+    from edge_rt.loop.context import ContextOptions
     from edge_rt.loop.loop import LoopOptions  # noqa: F401
     from edge_rt.pipeline import Pipeline, StageOptions
     from edge_rt.loop.redecode import RedecodeOptions
@@ -170,11 +183,20 @@ def _child(args: argparse.Namespace) -> dict:
     asr = pipe.stages.asr
     redecode = asr.with_options(replace(asr.options, beam_size=args.redecode_beam)) if args.redecode_beam else None
 
+    # The longest window the loop decodes: a follow-up utterance decoded together with the one before it
+    # (ContextOptions.joint_max_s, Whisper's 30-s window), the clips end to end (repeated to fill it); as an unsure
+    # joint decode is decoded, with the re-decode's beam when it is on. translate_audio never makes one.
+    joint = None
+    if args.joint_window:
+        joint = np.resize(np.concatenate(audio), int(ContextOptions().joint_max_s * SAMPLE_RATE))
+
     def translate_all():
         for a in audio:
             utterances, _, _ = translate_audio(pipe.stages, a, opts)
             for u in utterances if redecode is not None else ():  # each as an unsure decode would be, whatever
                 redecode.transcribe(a[int(u.start_s * SAMPLE_RATE): int(u.end_s * SAMPLE_RATE)])  # its log-prob
+        if joint is not None:
+            (redecode or asr).transcribe(joint)
 
     t3 = time.perf_counter()
     translate_all()
@@ -190,7 +212,7 @@ def _child(args: argparse.Namespace) -> dict:
                 import_s=round(t1 - t0, 3), load_s=round(t2 - t1, 3), warmup_s=round(t4 - t3, 3),
                 rss_base_mb=base.get("VmRSS"), rss_loaded_mb=loaded.get("VmRSS"), load_peak_mb=loaded.get("VmHWM"),
                 rss_warm_mb=warm.get("VmRSS"), peak_after_warmup_mb=peak, rss_end_mb=end.get("VmRSS"),
-                beam_size=args.beam, redecode_beam=args.redecode_beam)
+                beam_size=args.beam, redecode_beam=args.redecode_beam, joint_window=args.joint_window)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -203,6 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--beam", type=int, default=1, help="beam search of N hypotheses (default 1, greedy)")
     p.add_argument("--redecode-beam", type=int, default=5,
                    help="the beam an unsure greedy decode is decoded again with (LoopOptions.redecode; 0: off)")
+    p.add_argument("--no-joint-window", dest="joint_window", action="store_false",
+                   help="leave out the joint decode's 30-s window (the clips end to end, ContextOptions.joint_max_s)")
     p.add_argument("clips", nargs="+")
     print(json.dumps(_child(p.parse_args(argv))))
     return 0

@@ -17,6 +17,7 @@ def test_measures_the_tiny_pack_in_its_own_process(tiny_pack, speech_dir):
     r = measure_memory(tiny_pack.dir, [speech_dir / CLIP], precision="int8", threads=1, target="pt")
     wall = time.monotonic() - t0
     assert isinstance(r, MemoryReport) and r.pack == tiny_pack.name and r.clips == 1
+    assert r.joint_window  # each pass ends with the joint decode's 30-s window, the largest encoder run
     # The weights must be resident after the load: at least the INT8 files the CPU engines read
     # (Marian's shared embedding counted once per pair, so half of the files is a safe floor).
     files = sum((tiny_pack.dir / (e.get("int8") or e["fp32"])).stat().st_size
