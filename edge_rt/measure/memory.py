@@ -156,9 +156,9 @@ def _child(args: argparse.Namespace) -> dict:
     import edge_rt.cli  # noqa: F401
     import rich.console  # noqa: F401
 
-    from edge_rt.audio.files import read_audio
     import numpy as np
 
+    from edge_rt.audio.files import read_audio
     from edge_rt.loop.captions import Captions  # noqa: F401
     from edge_rt.loop.context import ContextOptions
     from edge_rt.loop.loop import LoopOptions  # noqa: F401

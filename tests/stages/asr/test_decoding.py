@@ -71,7 +71,7 @@ def test_device_cache_decoder_gives_the_host_cache_logits(tiny_pack, speech_dir,
 @pytest.mark.slow
 def test_the_window_buckets_share_one_cross_attention_buffer(tiny_pack, speech_dir):
     """Each bucket's cross K/V are the front of one buffer: a long window written in between changes nothing
-    in a short one encoded again, and only the longest window's worth stays resident."""
+    in a short one encoded again, and the buckets hold one window's worth, not one each."""
     from tokenizers import Tokenizer
 
     entry = tiny_pack.stage("asr")
