@@ -46,6 +46,7 @@ from edge_rt.measure.noise import make_noise, mix_at_snr  # noqa: E402
 from edge_rt.measure.noise_eval import run_loop  # noqa: E402
 from edge_rt.measure.paused import insert_pauses  # noqa: E402
 from edge_rt.measure.scoring import wer  # noqa: E402
+from edge_rt.stages.gain import frame_rms  # noqa: E402
 from edge_rt.units import SAMPLE_RATE as SR  # noqa: E402
 
 CANDIDATES = "off,-0.3,-0.5,-0.7,beam"
@@ -125,9 +126,9 @@ def hesitate(speech: np.ndarray, seconds: float) -> np.ndarray:
     """``speech`` with ``seconds`` of silence at its quietest 20 ms frame in the middle third (no draw from the
     seed's generator: the same sentences and voices as without)."""
     frame = SR // 50
-    n = len(speech) // frame
-    energy = (speech[:n * frame].reshape(n, frame).astype(np.float64) ** 2).mean(axis=1)
-    at = (n // 3 + int(np.argmin(energy[n // 3: 2 * n // 3]))) * frame + frame // 2
+    level = frame_rms(speech, frame)
+    n = len(level)
+    at = (n // 3 + int(np.argmin(level[n // 3: 2 * n // 3]))) * frame + frame // 2
     return insert_pauses(speech, [at], [np.zeros(int(seconds * SR), np.float32)])[0]
 
 

@@ -80,7 +80,8 @@ class WhisperInference:
         # only the last encoded bucket is ever decoded (encode() binds its decoder), and a bucket of its own
         # per window kept every window used so far resident (36.9 MB at 30 s, 98 MB for all five buckets of
         # Whisper base). np.zeros leaves the untouched tail unmapped until a longer window writes it.
-        size = self.n_layer * heads * self.d_head * int(dims["n_audio_ctx"])
+        self.max_positions = int(dims["n_audio_ctx"])  # encoder positions of the longest (30-s) window
+        size = self.n_layer * heads * self.d_head * self.max_positions
         self._cross_store = (np.zeros(size, np.float32), np.zeros(size, np.float32))
         self._decode = None
         self.frames = 0  # the window bucket of the last encode (0: none yet)
@@ -94,10 +95,10 @@ class WhisperInference:
             positions = frames // 2  # conv2 has stride 2
             L, H, dh = self.n_layer, self.heads, self.d_head
             mel = np.zeros((1, self.n_mels, frames), np.float32)
-            n = L * H * dh * positions
-            if n > self._cross_store[0].size:
+            if positions > self.max_positions:
                 raise ValueError(f"a {frames}-frame window has {positions} encoder positions, more than the "
-                                 f"model's {self._cross_store[0].size // (L * H * dh)} (dims n_audio_ctx)")
+                                 f"model's {self.max_positions} (dims n_audio_ctx)")
+            n = L * H * dh * positions
             cross_k = self._cross_store[0][:n].reshape(L, 1, H, dh, positions)
             cross_v = self._cross_store[1][:n].reshape(L, 1, H, positions, dh)
             # With the device-cache decoder nothing on the host reads cross K/V: a GPU backend keeps them
