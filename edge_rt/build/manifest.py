@@ -156,7 +156,8 @@ def integer_products(flags: list[str] | None = None) -> str:
     """How this CPU multiplies int8 (``vnni``: dot-product instructions, x86 VNNI or Arm's ``asimddp``; ``avx2``: 16-bit
     pair sums, which ONNX Runtime's u8s8 kernels can saturate; ``other``): INT8 accuracy, so the gates' choices, differ
     between the classes. On the Whisper decoder's tied output projection (51,865 x 512) an AVX2-only EPYC measured
-    WER +3.9 points [+1.3, +6.9] for its int8 twin where VNNI machines measured it level (2026-12-05).
+    WER +3.9 points [+1.3, +6.9] for its int8 twin where VNNI machines measured it level (2026-12-05); with uint8
+    weights (``QuantRecipe.weights``, that recipe's since) no sum saturates and it measured level there too.
     ``flags``: /proc/cpuinfo's (None: read them, :func:`cpu_flags`)."""
     if flags is None:
         flags = cpu_flags()

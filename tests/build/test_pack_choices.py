@@ -6,7 +6,8 @@
 so this compares two whole builds from the same pinned inputs, on two machines with the same class of
 integer products (``integer_products``: VNNI dot products or AVX2's saturating pair sums give INT8 graphs
 different accuracy, and the gates measure it: on an AVX2-only EPYC the Whisper decoder's ``dynamic-all``
-twin failed its screen, WER +3.9 points [+1.3, +6.9], and ``dynamic`` was kept). The tiny pack (a test
+twin failed its screen with int8 weights, WER +3.9 points [+1.3, +6.9], and ``dynamic`` was kept; with uint8
+weights, since 2026-12-05, both classes record ``dynamic-all``). The tiny pack (a test
 pack) is not compared: its Whisper encoder passes its gate by 0.14 points (upper end of the interval
 0.86 against the 1-point limit), which numerics of another CPU (VNNI against AVX2 integer products)
 may tip either way.

@@ -59,9 +59,19 @@ PLAN: dict[str, tuple[ModelPlan, ...]] = {
         # projection's pre-packed float copy was 101 MB); the 12 English clips whole, greedy: WER 6.98 ->
         # 5.58 %, decode time x0.67. Tiny passes it too (its gate 22.65 -> 22.42 %). The MatMuls alone and
         # the projection alone stay as fallbacks.
+        # Its weights are uint8 (u8 x u8 products): x86 CPUs without VNNI multiply u8 x s8 pairs with VPMADDUBSW,
+        # whose 16-bit sums saturate with 8-bit signed weights (ONNX Runtime's quantization docs say so). With
+        # int8 weights, builds on an AVX2 EPYC failed the screen (463 words 4.32 -> 8.21 %) and shipped "dynamic"
+        # with the projection float (75 MB more after load, steps ~20 % slower). On that machine (2026-12-05):
+        # uint8 weights screen 4.32 -> 4.54 %, the gate's 2,199 words 18.60 -> 17.55 % ([-2.5, +0.1] points);
+        # 7-bit int8 weights (reduce_range) 4.32 % and 17.69 % ([-2.4, +0.4]), but with them the batched beam
+        # dropped four words of de_fleurs_test_009 that one run per hypothesis kept and a spliced hesitation
+        # of tests/loop/test_loop.py ended the turn; with uint8 neither. u8 x u8 saturates on no CPU, so a pack
+        # built anywhere computes alike (Arm has unsigned dot products; on x86 VNNI it may run slower than
+        # u8 x s8 would: not measured).
         ModelPlan("decoder", (QuantRecipe("full", split_outliers=None),
                               QuantRecipe("dynamic-all", mode="dynamic", op_types=("MatMul", "Gemm"),
-                                          split_outliers=None),
+                                          split_outliers=None, weights="uint8"),
                               _DYNAMIC,
                               QuantRecipe("logits", mode="dynamic", op_types=("Gemm",), split_outliers=None)),
                   96),

@@ -57,6 +57,9 @@ class QuantRecipe:
     op_types: tuple[str, ...] = ("MatMul", "Gemm", "Conv", "ConvTranspose")
     exclude: tuple[str, ...] = ()  # regular expressions on node names kept in float
     activations: str = "int8"  # "int8" | "uint8"
+    # The weights' type in a dynamic recipe: "int8" (u8 x s8 products) | "uint8" (u8 x u8). x86 CPUs without VNNI
+    # sum u8 x s8 pairs in 16 bits (VPMADDUBSW), which 8-bit weights can saturate; u8 x u8 is summed in 32 bits.
+    weights: str = "int8"
     per_channel: bool = True
     reduce_range: bool = False  # 7-bit weights: for CPUs without VNNI (overflow in U8S8 on AVX2)
     quantize_outputs: tuple[str, ...] = ("Conv", "ConvTranspose")  # op types whose outputs get Q/DQ (QLinearConv)
@@ -73,6 +76,9 @@ class QuantRecipe:
             raise ValueError(f"QuantRecipe.mode must be 'static' or 'dynamic', not {self.mode!r}")
         if self.activations not in ("int8", "uint8"):
             raise ValueError(f"QuantRecipe.activations must be 'int8' or 'uint8', not {self.activations!r}")
+        if self.weights not in ("int8", "uint8") or (self.weights == "uint8" and self.mode != "dynamic"):
+            raise ValueError(f"QuantRecipe.weights must be 'int8', or 'uint8' in a dynamic recipe, not "
+                             f"{self.weights!r} (mode={self.mode!r})")
         if self.symmetric and (self.mode != "static" or self.activations != "int8" or self.reduce_range):
             raise ValueError("QuantRecipe.symmetric (TensorRT) needs mode='static', activations='int8' and no "
                              f"reduce_range, not mode={self.mode!r}, activations={self.activations!r}, "
@@ -154,8 +160,9 @@ def quantize(model_path: Path, calibration: Calibration | None, nodes: list[str]
             onnx.save(model, str(src))
             try:
                 atomic_write(out_path, lambda dst: quantize_dynamic(
-                    str(src), str(dst), weight_type=QuantType.QInt8, per_channel=recipe.per_channel,
-                    nodes_to_quantize=nodes, op_types_to_quantize=["MatMul"]))
+                    str(src), str(dst), weight_type=QuantType.QUInt8 if recipe.weights == "uint8" else QuantType.QInt8,
+                    per_channel=recipe.per_channel, reduce_range=recipe.reduce_range, nodes_to_quantize=nodes,
+                    op_types_to_quantize=["MatMul"]))
             except (ValueError, KeyError, RuntimeError) as e:
                 raise QuantizationError(f"dynamic quantization of {model_path.name} failed: {e}") from e
         check_onnx(out_path, "quantized model")
