@@ -50,6 +50,17 @@ from edge_rt.units import MAX_TEXT_CTX
 
 MASKED = -1e9  # additive attention mask for cache slots not yet written (exp() underflows to 0)
 BEAMS = "beams"  # the decoder's batch dimension: 1 (greedy) or the beam width
+# The encoder's self-attention in 5 runs of query positions (see _attention). At the 30-s window its
+# [8, 1500, 1500] scores and softmax (72 MB each) were the largest buffers of the loop's worst case, a joint
+# decode's 30-s window. Whisper base FP32, 2 threads, the outputs bound as the stage binds them (2026-12-05,
+# AMD EPYC, AVX2): the encoder's peak at the 30-s window 393 -> 330 MB with 5 chunks (outputs not bound:
+# 358 -> 295 MB with 5 chunks, 292 with 10). Time, best of 5 in five interleaved rounds: 5-s window +3.6 %
+# (50 query rows a chunk), 10-s +1.2 %, 20/30-s within the rounds' spread. The loop's peak with the joint
+# decode's 30-s window (`python -m edge_rt.measure.memory`, bench's 7 clips, default pack, page cache dropped
+# before each run; 2026-12-05, same machine): 577.5 -> 537.7 MB. Not taken: the cross K and V from
+# two GEMMs instead of one and a Split (273 MB with the chunks, FP32 the same bit for bit) moved the INT8
+# encoder's outputs: two MatMuls quantized where there was one.
+ATTENTION_CHUNKS = 5
 
 
 @dataclass(frozen=True)
@@ -120,7 +131,34 @@ def _split_heads_q(g: GraphBuilder, x: str, heads: int, d_head: int) -> str:
     return g.transpose(g.reshape(x, [1, -1, heads, d_head]), [0, 2, 1, 3])
 
 
-def _encoder_block(g: GraphBuilder, m: Ct2Model, x: str, i: int, heads: int, d: int) -> str:
+def _attention(g: GraphBuilder, q: str, k: str, v: str, chunks: int, p: str) -> str:
+    """softmax(q @ k) @ v, ``q`` [1, H, P, dh] cut into ``chunks`` runs of query positions.
+
+    Each query row's scores are computed and normalised alone, so the chunks' outputs, concatenated, are the
+    unchunked attention's (bit for bit on ONNX Runtime's CPU kernels: ``tests/build/export/test_whisper.py``);
+    only the [1, H, P / chunks, P] score and softmax buffers are alive at a time instead of [1, H, P, P]
+    (at the 30-s window 14.4 MB each instead of 72 MB with 5 chunks). ``P`` is symbolic: chunk ``c`` is
+    ``[c * (P // chunks), (c + 1) * (P // chunks))``, the last one runs to the end, so any ``P`` is covered;
+    the window buckets' ``P`` (250..1500) are multiples of 5.
+    """
+    if chunks <= 1:
+        return g.op("MatMul", [g.op("Softmax", [g.op("MatMul", [q, k])], axis=-1), v])
+    axis, rows = g.const([2]), g.const([3])
+    step = g.op("Div", [g.op("Slice", [g.op("Shape", [q]), axis, rows]), g.const([chunks])], f"{p}.chunk_len")
+    start, outs = g.const([0]), []
+    for c in range(chunks):
+        end = g.op("Add", [start, step]) if c < chunks - 1 else g.const([np.iinfo(np.int64).max])
+        q_c = g.op("Slice", [q, start, end, axis], f"{p}.q_chunk{c}")
+        outs.append(g.op("MatMul", [g.op("Softmax", [g.op("MatMul", [q_c, k])], axis=-1), v]))
+        if c < chunks - 1:
+            # The next chunk starts where this one's output ends: a data dependency that keeps the chunks in
+            # order whatever order a tool writes the nodes in. ONNX Runtime's quantizer sorts a graph breadth
+            # first, which put every chunk's scores before the first softmax, all alive at once.
+            start = g.op("Add", [start, g.op("Slice", [g.op("Shape", [outs[-1]]), axis, rows])])
+    return g.op("Concat", outs, f"{p}.chunks", axis=2)
+
+
+def _encoder_block(g: GraphBuilder, m: Ct2Model, x: str, i: int, heads: int, d: int, chunks: int) -> str:
     p = f"encoder/layer_{i}/self_attention"
     d_head = d // heads
     qkv = _lin(g, m, _ln(g, m, x, p), f"{p}/linear_0", d_head**-0.5, d)
@@ -128,8 +166,7 @@ def _encoder_block(g: GraphBuilder, m: Ct2Model, x: str, i: int, heads: int, d: 
     q = _split_heads_q(g, q, heads, d_head)
     k = g.transpose(g.reshape(k, [1, -1, heads, d_head]), [0, 2, 3, 1])  # [1, H, dh, P]
     v = _split_heads_q(g, v, heads, d_head)
-    att = g.op("Softmax", [g.op("MatMul", [q, k])], axis=-1)
-    o = g.reshape(g.transpose(g.op("MatMul", [att, v]), [0, 2, 1, 3]), [1, -1, d])
+    o = g.reshape(g.transpose(_attention(g, q, k, v, chunks, p), [0, 2, 1, 3]), [1, -1, d])
     x = g.op("Add", [x, _lin(g, m, o, f"{p}/linear_1")])
     return g.op("Add", [x, _ffn(g, m, x, f"encoder/layer_{i}/ffn")])
 
@@ -139,8 +176,11 @@ def _ffn(g: GraphBuilder, m: Ct2Model, x: str, p: str) -> str:
     return _lin(g, m, h, f"{p}/linear_1")
 
 
-def encoder_graph(m: Ct2Model, dims: WhisperDims):
-    """The encoder + cross-attention K/V projection as an ``onnx.ModelProto`` (see module doc)."""
+def encoder_graph(m: Ct2Model, dims: WhisperDims, attention_chunks: int = ATTENTION_CHUNKS):
+    """The encoder + cross-attention K/V projection as an ``onnx.ModelProto`` (see module doc).
+
+    ``attention_chunks``: runs of query positions each self-attention is computed in (see :func:`_attention`).
+    """
     from onnx import TensorProto, helper
 
     _check_decoder_kind(m)
@@ -156,7 +196,7 @@ def encoder_graph(m: Ct2Model, dims: WhisperDims):
     table = g.const(m.f32("encoder/position_encodings/encodings"), "encoder.positions")  # [1500, d]
     x = g.op("Add", [x, g.op("Slice", [table, g.const([0]), n_pos, g.const([0])], "positions")])
     for i in range(dims.n_audio_layer):
-        x = _encoder_block(g, m, x, i, dims.n_audio_head, d)
+        x = _encoder_block(g, m, x, i, dims.n_audio_head, d, attention_chunks)
     x = _ln(g, m, x, "encoder")
     # All decoder layers' cross K/V in one GEMM: [1, P, L * 2 * d] -> [P, L, 2, H, dh].
     w = np.concatenate([m.f32(f"decoder/layer_{i}/attention/linear_1/weight") for i in range(L)])

@@ -242,6 +242,47 @@ def test_exported_graphs_equal_numpy_whisper(tiny_export):
         np.testing.assert_allclose(logits[0], logits_ref[offset], atol=2e-4, rtol=1e-3)
 
 
+def test_encoder_attention_in_chunks_equals_it_whole(tiny_export, tmp_path):
+    """Self-attention in runs of query positions (``ATTENTION_CHUNKS``) gives the one-piece graph's outputs
+    bit for bit, at windows whose positions 5 divides and one it does not."""
+    import onnx
+
+    from edge_rt.build.export.whisper_graphs import ATTENTION_CHUNKS, WhisperDims, encoder_graph
+    from edge_rt.build.files import save_onnx
+
+    _, entry, out = tiny_export
+    model = read_ct2(out.parent / "model.bin")
+    dims = WhisperDims.from_ct2(model)
+    whole = _session(save_onnx(encoder_graph(model, dims, attention_chunks=1), tmp_path / "whole.onnx"))
+    chunked = _session(out / entry["models"]["encoder"]["fp32"])
+    softmaxes = [n for n in onnx.load(str(out / entry["models"]["encoder"]["fp32"])).graph.node
+                 if n.op_type == "Softmax"]
+    assert ATTENTION_CHUNKS > 1 and len(softmaxes) == ENC_LAYERS * ATTENTION_CHUNKS
+    # Each chunk's query slice depends on the previous chunk's softmax: any valid node order (ONNX Runtime's
+    # quantizer writes them breadth first) computes the chunks one after the other, so one chunk's scores
+    # are alive at a time.
+    graph = onnx.load(str(out / entry["models"]["encoder"]["fp32"])).graph
+    made_by = {o: n for n in graph.node for o in n.output}
+
+    def ancestors(node, seen):
+        for i in node.input:
+            if i in made_by and made_by[i].name not in seen:
+                seen.add(made_by[i].name)
+                ancestors(made_by[i], seen)
+        return seen
+
+    slices = [n for n in graph.node if ".q_chunk" in n.name and n.name.startswith("encoder/layer_0/")]
+    assert len(slices) == ATTENTION_CHUNKS
+    for before, after in zip(softmaxes, slices[1:]):
+        assert before.name in ancestors(after, set()), (before.name, after.name)
+    rng = np.random.default_rng(2)
+    for frames in (bucket_frames(5), bucket_frames(5) + 2, bucket_frames(30)):  # 250, 251 and 1500 positions
+        mel = rng.standard_normal((1, MELS, frames)).astype(np.float32)
+        for got, want in zip(chunked.run(None, {"mel": mel}), whole.run(None, {"mel": mel})):
+            assert got.shape == want.shape
+            np.testing.assert_array_equal(got, want)
+
+
 # -- the real packs ---------------------------------------------------------------------------
 def _shapes(path: Path) -> dict[str, list]:
     import onnx
