@@ -108,8 +108,6 @@ def test_dynamic_weights_that_cannot_saturate(tmp_path, weights, reduce_range):
     u8 x s8 products in 16 bits (VPMADDUBSW): 8-bit signed weights can saturate them, 7-bit ones cannot
     (2 x 255 x 64 = 32,640), nor can uint8 weights (u8 x u8 is summed in 32 bits). The Whisper decoder's
     ``dynamic-all`` recipe takes uint8 (with int8 it failed an AVX2 build's screen)."""
-    from edge_rt.build.calibration.plan import PLAN
-
     path = tied_projection(tmp_path / "tied.onnx", d=64, vocab=256)
     recipe = QuantRecipe("all", mode="dynamic", op_types=("MatMul", "Gemm"), split_outliers=None,
                          weights=weights, reduce_range=reduce_range)
@@ -127,6 +125,12 @@ def test_dynamic_weights_that_cannot_saturate(tmp_path, weights, reduce_range):
     # would be smaller, so int8 is not checked).
     if weights == "uint8" or reduce_range:
         assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 0.03
+
+
+def test_the_whisper_decoder_s_dynamic_all_takes_uint8_weights():
+    """With int8 weights it failed an AVX2 build's screen (the saturation); uint8 is for dynamic recipes only."""
+    from edge_rt.build.calibration.plan import PLAN
+
     decoder = next(p for p in PLAN["asr"] if p.pattern == "decoder")
     assert next(r for r in decoder.recipes if r.name == "dynamic-all").weights == "uint8"
     with pytest.raises(ValueError, match="weights"):
