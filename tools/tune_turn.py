@@ -45,8 +45,9 @@ from edge_rt.audio.sinks import TimelineSink  # noqa: E402
 from edge_rt.audio.sources import FastFileSource  # noqa: E402
 from edge_rt.loop.loop import Loop, LoopOptions  # noqa: E402
 from edge_rt.loop.turn_policy import Decision, TurnOptions, TurnPolicy  # noqa: E402
-from edge_rt.measure.paused import SPEECH_THRESHOLD, PauseOptions, paused_clip  # noqa: E402
-from edge_rt.units import SAMPLE_RATE, VAD_FRAME, VAD_FRAME_MS  # noqa: E402
+from edge_rt.measure.bench import oracle_end  # noqa: E402
+from edge_rt.measure.paused import PauseOptions, paused_clip  # noqa: E402
+from edge_rt.units import SAMPLE_RATE, VAD_FRAME_MS  # noqa: E402
 
 CANDIDATE_MS = (64, 128, 192, 384, 768)  # pause lengths at which the model's p is recorded
 SLACK = SAMPLE_RATE // 4  # a pause starting up to 250 ms before a spliced hesitation is that hesitation
@@ -109,8 +110,7 @@ def tuning_items(speech_dir: Path, half: str, vad) -> list[Item]:
     items = []
     for cid in chosen:
         audio = read_audio(speech_dir / by_id[cid]["audio"])
-        speech = np.flatnonzero(vad.probabilities(audio) >= SPEECH_THRESHOLD)  # the bench's oracle end
-        items.append(Item(cid, audio, None, int(speech[-1] + 1) * VAD_FRAME if speech.size else len(audio)))
+        items.append(Item(cid, audio, None, oracle_end(vad, audio)))  # the bench's oracle end
         pause_ms = 400 + 100 * (zlib.crc32(cid.encode()) % 5)  # 400..800 ms, fixed per clip
         pc = paused_clip(cid, audio, vad, PauseOptions(pause_ms=pause_ms))
         if pc is not None:

@@ -49,7 +49,7 @@ from edge_rt.loop.stages import Stages
 from edge_rt.loop.trace import UtteranceTrace, percentiles
 from edge_rt.loop.turn_policy import TurnOptions
 from edge_rt.measure.memory import cold_start_s
-from edge_rt.measure.paused import SPEECH_THRESHOLD as ORACLE_THRESHOLD
+from edge_rt.measure.oracle import OracleOptions, speech_span
 from edge_rt.measure.paused import PausedClip, PauseOptions, paused_clip
 from edge_rt.measure.serial import serial_turn
 from edge_rt.measure.slowdown import Slowdown
@@ -168,11 +168,14 @@ def load_clips(options: BenchOptions) -> list[dict]:
     return clips[: options.limit] if options.limit else clips
 
 
+_ORACLE = OracleOptions()  # the oracle end of speech (measure/oracle.py)
+
+
 def oracle_end(vad, audio: np.ndarray) -> int:
-    """Sample index one past the last frame the VAD scores as speech (>= 0.5) over the whole clip."""
-    probs = vad.probabilities(audio)
-    speech = np.flatnonzero(probs >= ORACLE_THRESHOLD)
-    return int((speech[-1] + 1) * VAD_FRAME) if speech.size else len(audio)
+    """Sample index one past the VAD's last speech region over the whole clip (:mod:`edge_rt.measure.oracle`:
+    frames at p >= 0.5, gaps under 100 ms closed, regions under 250 ms dropped); the clip's end if it has none."""
+    span = speech_span(vad.probabilities(audio), len(audio), _ORACLE)
+    return span[1] if span is not None else len(audio)
 
 
 def load_bench_stages(options: BenchOptions) -> tuple[BuiltPack, Stages]:
@@ -412,7 +415,8 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
                  # utterances whose words came from their pieces after a sparse decode (LoopOptions.split; None: off)
                  "split": sum(t.split for r in results for t in r.traces) if options.split else None},
         "slowdown": options.slowdown or None,
-        "oracle": f"end of the last 32 ms frame with Silero p >= {ORACLE_THRESHOLD} over the whole clip",
+        "oracle": (f"end of the last speech region of Silero over the whole clip (frames at p >= {_ORACLE.threshold}, "
+                   f"gaps under {_ORACLE.min_silence_ms} ms closed, regions under {_ORACLE.min_speech_ms} ms dropped)"),
         "serial": "the loop's engines one after the other on the whole utterance: the loop's hangover, one "
                   "Whisper pass (smallest window, language detection picks the task), MT, first TTS chunk",
         "peer": None if not peer else (

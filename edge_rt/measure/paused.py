@@ -4,8 +4,10 @@ A person searching for a word stops for half a second or more inside a
 sentence; a loop that ends the turn at every such pause speaks over them. This
 module builds that case from the real clips, reproducibly:
 
-1. the speech region is the first to the last 32 ms frame the VAD scores as
-   speech (p ≥ 0.5, the bench's oracle, over the whole clip);
+1. the speech region runs from the start of the VAD's first speech region to
+   the end of its last over the whole clip (the bench's oracle,
+   :mod:`edge_rt.measure.oracle`: frames at p ≥ 0.5, regions under 250 ms
+   dropped);
 2. candidate word boundaries are local minima of the 10 ms log energy, inside a
    VAD speech run (p ≥ 0.5: flowing speech, not an existing pause), at least
    ``edge_ms`` from both ends of the speech region and ``min_depth_db`` below
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edge_rt.measure.oracle import speech_span
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME
 
 __all__ = ["PauseOptions", "PausedClip", "pause_candidates", "room_tone", "insert_pauses", "paused_clip"]
@@ -37,7 +40,7 @@ __all__ = ["PauseOptions", "PausedClip", "pause_candidates", "room_tone", "inser
 ENERGY_HOP = SAMPLE_RATE // 100  # 160 samples: 10 ms energy frames
 DIGITAL_SILENCE = 1e-10  # mean power (-100 dBFS): below any microphone's noise floor, i.e. padding
 FALLBACK_DBFS = -75.0  # white noise for a clip with no background at all: a quiet room through a headset mic
-SPEECH_THRESHOLD = 0.5  # the bench oracle's VAD threshold (imported there as bench.ORACLE_THRESHOLD)
+SPEECH_THRESHOLD = 0.5  # a frame inside flowing speech (the oracle's threshold too: measure/oracle.py)
 
 
 @dataclass(frozen=True)
@@ -92,10 +95,7 @@ class PausedClip:
 
 
 def _speech_region(probs: np.ndarray, n: int) -> tuple[int, int] | None:
-    speech = np.flatnonzero(probs >= SPEECH_THRESHOLD)
-    if not speech.size:
-        return None
-    return int(speech[0] * VAD_FRAME), min(n, int((speech[-1] + 1) * VAD_FRAME))
+    return speech_span(probs, n)  # the bench's oracle (measure/oracle.py)
 
 
 def _log_energy(audio: np.ndarray) -> np.ndarray:

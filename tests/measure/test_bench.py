@@ -66,8 +66,12 @@ class _FakeVadProbs:
         return self._p
 
 
-def test_oracle_end_is_one_past_the_last_speech_frame():
-    assert oracle_end(_FakeVadProbs([0.1, 0.9, 0.8, 0.2, 0.6, 0.1]), np.zeros(6 * 512, np.float32)) == 5 * 512
+def test_oracle_end_is_one_past_the_last_speech_region():
+    # 10 frames (320 ms) of speech, a 160 ms gap, a 64 ms blip: the blip is no region (measure/oracle.py)
+    probs = [0.1] * 2 + [0.9] * 10 + [0.2] * 5 + [0.6] * 2 + [0.1] * 3
+    assert oracle_end(_FakeVadProbs(probs), np.zeros(len(probs) * 512, np.float32)) == 12 * 512
+    probs = [0.1] * 2 + [0.9] * 10 + [0.1]  # speech to the last frame but one
+    assert oracle_end(_FakeVadProbs(probs), np.zeros(len(probs) * 512, np.float32)) == 12 * 512
     assert oracle_end(_FakeVadProbs([0.1, 0.2]), np.zeros(1024, np.float32)) == 1024  # no speech: the clip end
 
 

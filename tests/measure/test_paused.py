@@ -8,6 +8,7 @@ import pytest
 from edge_rt.audio.files import read_audio
 from edge_rt.backends.factory import OrtEngines
 from edge_rt.measure.bench import oracle_end
+from edge_rt.measure.oracle import speech_span
 from edge_rt.measure.paused import PausedClip, PauseOptions, insert_pauses, pause_candidates, paused_clip, room_tone
 from edge_rt.stages.vad import SileroVad
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME
@@ -46,10 +47,10 @@ def test_each_pause_lies_inside_the_speech_away_from_its_ends(paused, vad):
         assert len(item.pauses) == opts.pauses
         (a, b), = item.pauses
         assert item.speech_start + edge <= a and b <= item.final_end - edge, item.id
-        # the real speech region of the original clip, from the VAD itself
+        # the real speech region of the original clip, from the VAD itself (the bench's oracle)
         probs = vad.probabilities(audio)
-        speech = np.flatnonzero(probs >= 0.5)
-        assert speech[0] * VAD_FRAME + edge <= item.source_points[0] <= (speech[-1] + 1) * VAD_FRAME - edge
+        start, end = speech_span(probs, len(audio))
+        assert start + edge <= item.source_points[0] <= end - edge
         # inside a VAD speech run (flowing speech), not inside a pause the speaker already made
         assert probs[item.source_points[0] // VAD_FRAME] >= 0.5, item.id
 
@@ -68,7 +69,9 @@ def test_pauses_have_the_asked_length_and_the_speech_is_untouched(paused):
 
 def test_the_final_end_is_where_the_vad_hears_the_last_speech(paused, vad):
     for _, item in paused:
-        assert abs(oracle_end(vad, item.audio) - item.final_end) <= 2 * VAD_FRAME, item.id
+        # within 3 frames: the inserted pause (600 ms, not a whole number of 32 ms frames) moves the frame grid, and
+        # en_jfk's speech ends in a one-frame run at p 0.53 after a one-frame dip, which the shifted grid can miss
+        assert abs(oracle_end(vad, item.audio) - item.final_end) <= 3 * VAD_FRAME, item.id
 
 
 def test_the_pause_is_room_tone_the_vad_hears_as_a_pause(paused, vad):
