@@ -34,11 +34,10 @@ def test_a_gap_shorter_than_min_silence_is_closed_and_the_whole_counts():
     assert speech_regions(probs) == [(2, 12)]
 
 
-def test_the_threshold_and_the_lengths_are_inclusive():
-    o = OracleOptions()
-    frames = -(-o.min_speech_ms // 32)  # 8 frames = 256 ms >= 250
-    assert speech_regions(_p((0.5, frames))) == [(0, frames)]
-    assert speech_regions(_p((0.5, frames - 1))) == []  # 224 ms
+def test_the_threshold_is_inclusive_and_regions_under_250_ms_are_dropped():
+    assert OracleOptions().min_speech_ms == 250
+    assert speech_regions(_p((0.5, 8))) == [(0, 8)]  # 256 ms at exactly the threshold
+    assert speech_regions(_p((0.5, 7))) == []  # 224 ms
     assert speech_regions(_p((0.49, 20))) == []
 
 
