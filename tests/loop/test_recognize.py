@@ -77,10 +77,12 @@ def test_a_noisy_fragment_is_heard_in_the_languages_the_device_expects(stages):
         traces, _ = noise_eval.run_loop(stages, mix.audio, LoopOptions(target="pt", partials=False,
                                                                         languages=languages, context=context))
         heard[languages, context.joint] = [(t.lang, t.text) for t in traces if t.text]
-    assert "ar" in {lang for lang, _ in heard[None, False]}, heard[None, False]  # the failure this option is for
     for expected in (heard[("en", "de", "es", "fr", "zh"), False], heard[None, True]):
         assert {lang for lang, _ in expected} == {"en"}, expected
         assert "middle" in normalize(" ".join(t for _, t in expected)), expected
+    if "ar" not in {lang for lang, _ in heard[None, False]}:  # the failure this option is for: build-dependent
+        pytest.skip(f"on this build ({integer_products()} integer products) the fragment decoded alone is not heard "
+                    f"as Arabic ({heard[None, False]!r}): the expected languages have nothing to correct here")
 
 
 def test_languages_must_be_codes_the_pack_routes(stages):
@@ -341,8 +343,12 @@ def test_an_opening_the_gate_dropped_is_heard_with_the_rest_of_the_sentence(stag
         print(name, [(t.start_sample, t.end_sample, t.text, t.dropped, t.lent) for t in traces])
         said[name] = (traces, normalize(" ".join(t.text for t in traces)).split())
     alone, lent = said["alone"], said["lent"]
-    assert alone[0][0].dropped and "fellow" not in alone[1]  # not vacuous: the opening is lost without it
-    assert "fellow" in lent[1] and "country" in lent[1] and any(t.lent for t in lent[0])
+    assert "fellow" in lent[1] and "country" in lent[1], lent[1]
+    if not alone[0][0].dropped:  # the premise depends on the build's INT8 numerics (integer_products)
+        pytest.skip(f"on this build ({integer_products()} integer products) the gate keeps the opening "
+                    f"({alone[0][0].text!r}): nothing is lent here")
+    assert "fellow" not in alone[1]  # not vacuous: the opening is lost without it
+    assert any(t.lent for t in lent[0])
 
 
 

@@ -10,7 +10,7 @@ import pytest
 from edge_rt.audio.clock import CaptureClock
 from edge_rt.audio.files import read_audio
 from edge_rt.loop.options import LoopOptions
-from edge_rt.loop.recognize import level, recognize
+from edge_rt.loop.recognize import _tokens, level, recognize
 from edge_rt.loop.split import SplitOptions, cuts, sparse
 from edge_rt.measure.scoring import normalize
 from edge_rt.pipeline import StageOptions, load_stages
@@ -77,7 +77,10 @@ def test_a_decode_that_ends_early_in_babble_is_decoded_again_in_pieces(stages):
     whole = recognize(stages, dataclasses.replace(on, split=None), audio, len(audio), CaptureClock())
     split = recognize(stages, on, audio, len(audio), CaptureClock())
     said = normalize(split.text).split()
-    assert len(normalize(whole.text or whole.translation).split()) <= 3, whole  # the early end (not vacuous)
+    # the early end (not vacuous): too few tokens for 5 s, and none of the sentence's later words ("The" on AVX2
+    # builds; "The Cabest Juice Ch" on a VNNI build with the Whisper decoder's uint8 twin, 2026-12-05)
+    assert sparse(_tokens(stages.asr, whole.text), len(audio), on.split), whole  # as recognize() counts them
+    assert not {"depending", "chemical"} & set(normalize(whole.text or whole.translation).split()), whole
     assert split.lang == "en" and len(said) >= 8 and {"depending", "chemical"} <= set(said), split
     assert split.translation  # translated into Portuguese as an English utterance
 
