@@ -205,8 +205,8 @@ def test_quiet_speech_in_steady_noise_is_raised_too(default_pack, speech_dir, sp
     assert len(ref & set(normalize(said[True], "en").split())) >= 5, said
     if said[False]:  # the premise depends on the build's INT8 numerics (integer_products: VNNI or AVX2 only)
         pytest.skip(f"on this build ({integer_products()} integer products) Whisper hears the mix left quiet too "
-                    f"({said[False]!r}): the steady-floor rule has nothing to do here; its case is shown on a VNNI "
-                    f"build")
+                    f"({said[False]!r}): the steady-floor rule has nothing to do here (its case was shown by VNNI "
+                    f"builds with int8 decoder weights, before 2026-12-05)")
 
 
 def test_gain_is_bounded_and_leaves_noise_alone():
