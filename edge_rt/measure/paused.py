@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edge_rt.measure.oracle import speech_span
+from edge_rt.measure.oracle import OracleOptions, speech_span
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME
 
 __all__ = ["PauseOptions", "PausedClip", "pause_candidates", "room_tone", "insert_pauses", "paused_clip"]
@@ -40,7 +40,7 @@ __all__ = ["PauseOptions", "PausedClip", "pause_candidates", "room_tone", "inser
 ENERGY_HOP = SAMPLE_RATE // 100  # 160 samples: 10 ms energy frames
 DIGITAL_SILENCE = 1e-10  # mean power (-100 dBFS): below any microphone's noise floor, i.e. padding
 FALLBACK_DBFS = -75.0  # white noise for a clip with no background at all: a quiet room through a headset mic
-SPEECH_THRESHOLD = 0.5  # a frame inside flowing speech (the oracle's threshold too: measure/oracle.py)
+SPEECH_THRESHOLD = OracleOptions().threshold  # 0.5: a frame inside flowing speech, as the oracle's
 
 
 @dataclass(frozen=True)
@@ -94,10 +94,6 @@ class PausedClip:
                 "final_end_s": s(self.final_end), "fill_dbfs": round(self.fill_dbfs, 1)}
 
 
-def _speech_region(probs: np.ndarray, n: int) -> tuple[int, int] | None:
-    return speech_span(probs, n)  # the bench's oracle (measure/oracle.py)
-
-
 def _log_energy(audio: np.ndarray) -> np.ndarray:
     """dBFS of each 10 ms frame, float64 [len(audio) // ENERGY_HOP]."""
     n = len(audio) // ENERGY_HOP
@@ -113,7 +109,7 @@ def pause_candidates(audio: np.ndarray, probs: np.ndarray, options: PauseOptions
         audio: float32 mono 16 kHz, shape [n].
         probs: the VAD's per-frame probabilities of ``audio`` (frame i = samples [512 i, 512 (i + 1))).
     """
-    region = _speech_region(probs, len(audio))
+    region = speech_span(probs, len(audio))  # the bench's oracle
     if region is None:
         return []
     s0, s1 = region
@@ -218,7 +214,7 @@ def paused_clip(clip_id: str, audio: np.ndarray, vad, options: PauseOptions = Pa
         vad: the stage's VAD (``probabilities(audio) -> float32 [ceil(n / 512)]``).
     """
     probs = vad.probabilities(audio)
-    region = _speech_region(probs, len(audio))
+    region = speech_span(probs, len(audio))  # the bench's oracle
     candidates = pause_candidates(audio, probs, options)
     if region is None or not candidates:
         return None

@@ -6,10 +6,8 @@ import numpy as np
 import pytest
 
 from edge_rt.audio.files import read_audio
-from edge_rt.backends.factory import OrtEngines
 from edge_rt.measure.bench import oracle_end
 from edge_rt.measure.oracle import OracleOptions, speech_regions, speech_span
-from edge_rt.stages.vad import SileroVad
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME
 
 
@@ -51,11 +49,6 @@ def test_options_are_checked():
         OracleOptions(threshold=1.5)
     with pytest.raises(ValueError):
         OracleOptions(min_speech_ms=-1)
-
-
-@pytest.fixture(scope="module")
-def vad(tiny_pack):
-    return SileroVad.from_pack(tiny_pack, engines=OrtEngines(tiny_pack))
 
 
 def test_en_jfk_ends_at_its_last_word_not_at_the_breath_after_it(vad, speech_manifest, speech_dir):

@@ -6,19 +6,12 @@ import numpy as np
 import pytest
 
 from edge_rt.audio.files import read_audio
-from edge_rt.backends.factory import OrtEngines
 from edge_rt.measure.bench import oracle_end
 from edge_rt.measure.oracle import speech_span
 from edge_rt.measure.paused import PausedClip, PauseOptions, insert_pauses, pause_candidates, paused_clip, room_tone
-from edge_rt.stages.vad import SileroVad
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME
 
 S = SAMPLE_RATE
-
-
-@pytest.fixture(scope="module")
-def vad(tiny_pack):
-    return SileroVad.from_pack(tiny_pack, engines=OrtEngines(tiny_pack))
 
 
 @pytest.fixture(scope="module")

@@ -255,13 +255,12 @@ def test_encoder_attention_in_chunks_equals_it_whole(tiny_export, tmp_path):
     dims = WhisperDims.from_ct2(model)
     whole = _session(save_onnx(encoder_graph(model, dims, attention_chunks=1), tmp_path / "whole.onnx"))
     chunked = _session(out / entry["models"]["encoder"]["fp32"])
-    softmaxes = [n for n in onnx.load(str(out / entry["models"]["encoder"]["fp32"])).graph.node
-                 if n.op_type == "Softmax"]
+    graph = onnx.load(str(out / entry["models"]["encoder"]["fp32"])).graph
+    softmaxes = [n for n in graph.node if n.op_type == "Softmax"]
     assert ATTENTION_CHUNKS > 1 and len(softmaxes) == ENC_LAYERS * ATTENTION_CHUNKS
     # Each chunk's query slice depends on the previous chunk's softmax: any valid node order (ONNX Runtime's
     # quantizer writes them breadth first) computes the chunks one after the other, so one chunk's scores
     # are alive at a time.
-    graph = onnx.load(str(out / entry["models"]["encoder"]["fp32"])).graph
     made_by = {o: n for n in graph.node for o in n.output}
 
     def ancestors(node, seen):
