@@ -6,7 +6,8 @@ inserted at a word boundary), live as `edge-rt bench` does, once with each of tw
 order alternating from clip to clip: ``complete_after_ms`` (TurnOptions: the pause at which a sentence
 judged complete ends), ``beam_size`` (LoopOptions: beam search for the text that is translated),
 ``redecode`` (LoopOptions: ``off`` or the log-probability below which a greedy decode is decoded again
-with a beam), ``preroll_ms`` (EndpointOptions: audio kept before an utterance's first speech frame) or
+with a beam), ``preroll_ms`` (EndpointOptions: audio kept before an utterance's first speech frame), ``postroll_ms`` (EndpointOptions:
+audio decoded after its last speech frame) or
 ``noisy_preroll`` (LoopOptions: ``off`` or the dB below which an utterance opening out of noise starts further back),
 ``repeat_words`` (LoopOptions: ``off`` or the words of a run written twice in a row that is said once) or
 ``lend_within_s`` (ContextOptions: ``off`` or the seconds within which a dropped utterance is lent to the next).
@@ -15,7 +16,7 @@ end (talk-over), both settings' captions where they differ, then for each settin
 WER of the live captions, and the paired latency ratio. Needs an idle machine (~25 min for the 33 clips
 and their paused versions with two settings).
 
-    python tools/loop_ab.py [--vary complete_after_ms=64,256 | beam_size=1,5 | redecode=off,-0.5 | preroll_ms=192,320
+    python tools/loop_ab.py [--vary complete_after_ms=64,256 | beam_size=1,5 | redecode=off,-0.5 | preroll_ms=192,320 | postroll_ms=0,64
                              | noisy_preroll=off,20 | repeat_words=off,3 | lend_within_s=off,2] [--limit N]
                             [--no-paused]
 """
@@ -50,6 +51,8 @@ KNOBS = {
     "redecode": lambda v: {"redecode": None if v == "off" else RedecodeOptions(below_logprob=float(v))},
     # audio kept before an utterance's first speech frame (EndpointOptions)
     "preroll_ms": lambda v: {"endpoint": dataclasses.replace(EndpointOptions(), preroll_ms=int(v))},
+    # audio decoded after an utterance's last speech frame (EndpointOptions)
+    "postroll_ms": lambda v: {"endpoint": dataclasses.replace(EndpointOptions(), postroll_ms=int(v))},
     # more pre-roll for an utterance that opens out of noise (LoopOptions.noisy_preroll): off or its below_db
     "noisy_preroll": lambda v: {"noisy_preroll": None if v == "off" else NoisyPrerollOptions(below_db=float(v))},
     # a run of this many words written twice in a row said once (LoopOptions.repeat_words): off or the words

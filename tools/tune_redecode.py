@@ -20,7 +20,7 @@ and ``+splitLIMIT[:PIECES[:MIN_GAIN[:EMPTY]]]`` (EMPTY 1 or 0) after any candida
 ``--candidates=-0.5:3:0.5,-0.5:3:0.5+split1.2``; without it the split is off. ``+FIELD=VALUE`` (after the rest) sets any
 other number of the loop's options, a dotted path into LoopOptions, e.g. ``+endpoint.preroll_ms=400`` (through a field
 that is None, its options with their defaults: ``+noisy_preroll.below_db=20``; ``none`` sets None:
-``+context.lend_within_s=none``).
+``+context.lend_within_s=none``). ``default`` is the loop as shipped (its redecode and split on): ``default+endpoint.postroll_ms=64``.
 """
 
 from __future__ import annotations
@@ -107,6 +107,10 @@ def loop_options(spec: str) -> LoopOptions:
 
 def _loop_options(spec: str, split: str) -> LoopOptions:
     # split: LIMIT[:PIECES[:MIN_GAIN[:EMPTY]]] from ...+splitLIMIT..., LoopOptions.split; "": off
+    if spec == "default":  # the loop's defaults (redecode and split as shipped), e.g. default+endpoint.postroll_ms=64
+        if split:
+            raise SystemExit("candidate 'default' takes the default split; +split... goes with a limit or 'off'")
+        return LoopOptions(target="en", partials=False)
     base = LoopOptions(target="en", partials=False, redecode=None, split=None)
     if split:
         keys, types = ("below_tokens_per_s", "pieces", "min_gain", "empty"), (float, int, float, lambda v: v == "1")

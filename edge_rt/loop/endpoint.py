@@ -12,6 +12,9 @@ audio. Time is the capture ring's sample index.
   longer (a sentence judged incomplete) or shorter, or end it now (:meth:`~Endpointer.force_end`).
 * **Pre-roll**: an utterance starts ``preroll_ms`` before its first speech frame
   so the first phoneme is not cut.
+* **Post-roll** (``postroll_ms``, used by the loop; off by default): the audio Whisper decodes goes on that
+  long after the last speech frame, so a soft last phoneme the VAD calls silence is not cut; the utterance's
+  end (the events' sample, the turn latency's zero) stays the last speech frame's.
 * **Maximum length**: an utterance longer than ``max_utterance_s`` is split at
   the least speech-like frame of its last ``split_search_s``.
 """
@@ -37,6 +40,17 @@ class EndpointOptions:
     start_frames: int = 2  # consecutive speech frames that open an utterance (64 ms)
     hangover_ms: int = 288  # silence that ends an utterance (9 frames)
     preroll_ms: int = 192  # audio kept before the first speech frame
+    # Audio decoded after the last speech frame of an utterance that ends at a pause (not at a max-length split,
+    # where the next utterance starts). Silero gives a word's soft end (a final /s/) a low probability, and Whisper
+    # given audio that stops there drops it: "my fellow American" for "Americans" (en_jfk); faster-whisper pads
+    # its speech chunks by 400 ms (VadOptions.speech_pad_ms). **Off (0) by default**: 64 ms (what the speculation
+    # at a pause has heard, so it adds no wait) lowered live English WER 6.98 -> 6.05 % and talk-over 12 -> 10 of
+    # the 33 clips in one interleaved run (tools/loop_ab.py --vary postroll_ms=0,64) and WER 33.5 -> 31.9 % on
+    # 120 generated sentences (tools/tune_redecode.py, seeds 53 and 59), but it moves Whisper's end-mark
+    # probability, the turn policy's evidence, which was tuned without it: at the spliced hesitation of
+    # tests/loop/test_loop.py 0.49 -> 0.64, and the hesitation ends the utterance. Its thresholds must be tuned
+    # again with it (tools/tune_turn.py) before it is on; see README "A word's soft end".
+    postroll_ms: int = 0
     max_utterance_s: float = 28.0  # split longer speech (fits Whisper's 30 s window with pre-roll)
     split_search_s: float = 4.0  # where to look for the quietest point when splitting
 
@@ -50,6 +64,8 @@ class EndpointOptions:
             raise ValueError("split_search_s must be shorter than max_utterance_s")
         if self.start_frames < 1:
             raise ValueError(f"start_frames must be >= 1, got {self.start_frames}")
+        if not 0 <= self.postroll_ms <= 1000:
+            raise ValueError(f"postroll_ms must be 0-1000 ms of audio after the last speech frame, got {self.postroll_ms}")
 
     @property
     def hangover_frames(self) -> int:
@@ -58,6 +74,10 @@ class EndpointOptions:
     @property
     def preroll_samples(self) -> int:
         return int(self.preroll_ms * SAMPLE_RATE / 1000)
+
+    @property
+    def postroll_samples(self) -> int:
+        return int(self.postroll_ms * SAMPLE_RATE / 1000)
 
     @property
     def max_frames(self) -> int:

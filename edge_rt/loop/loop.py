@@ -344,7 +344,7 @@ class Loop:
             self.overload.speculations_skipped += 1
             return False
         try:
-            hyp = self._recognize(utt.trace.start_sample, end)
+            hyp = self._recognize(utt.trace.start_sample, end, self._postroll(end))
         except Exception as e:  # noqa: BLE001 - work ahead only: counted here, the real end decodes again
             self._speculation_failed(e, utt.trace.utterance, "decode")
             return False
@@ -401,25 +401,33 @@ class Loop:
             utt.agreement.update(result.text)
             self.on_caption("partial", utt.trace.utterance, result.language, result.text)
 
-    def _recognize(self, start: int, end: int) -> Hypothesis:
-        """One Whisper pass + MT of capture samples [start, end) (see :func:`recognize`), together with
-        the previous utterance's audio when this one follows it (ContextOptions.joint)."""
+    def _postroll(self, end: int, reason: str = "") -> int:
+        """Samples after speech end ``end`` that Whisper decodes with the utterance (EndpointOptions.postroll_ms):
+        none at a max-length split (the next utterance starts there), else as many as were captured, up to it."""
+        if reason == "max_length":
+            return 0
+        return max(0, min(self.options.endpoint.postroll_samples, self.history.end - end))
+
+    def _recognize(self, start: int, end: int, tail: int = 0) -> Hypothesis:
+        """One Whisper pass + MT of capture samples [start, end + tail) (see :func:`recognize`; ``tail``: the
+        post-roll), together with the previous utterance's audio when this one follows it (ContextOptions.joint)."""
+        stop = end + tail
         context = self._context.at(start)
         known, o = context.joint, self.options.context
         joint = None
         if (known is not None and end - start >= o.joint_min_s * SAMPLE_RATE
                 and end - known.start_sample <= o.joint_max_s * SAMPLE_RATE
                 and route_task(asr_task(self.stages, self.options.target), known.lang) == "transcribe"):
-            joint = self._level(self.history.slice(known.start_sample, end))
+            joint = self._level(self.history.slice(known.start_sample, stop))
         lent = None
         if context.lent is not None and end - context.lent <= o.joint_max_s * SAMPLE_RATE:
-            lent = self._level(self.history.slice(context.lent, end))  # a dropped opening (ContextOptions.lend_within_s)
-        hyp = recognize(self.stages, self.options, self._level(self.history.slice(start, end)), end,
+            lent = self._level(self.history.slice(context.lent, stop))  # a dropped opening (ContextOptions.lend_within_s)
+        hyp = recognize(self.stages, self.options, self._level(self.history.slice(start, stop)), end,
                         self.source.clock, context, self.phrases, joint, self._final_asr, self._redecode_asr, lent)
         self.redecoded += hyp.redecoded
         self.split += hyp.split
         self.lent += hyp.lent
-        return hyp
+        return dataclasses.replace(hyp, tail=tail) if tail else hyp
 
     def _rate(self) -> float:
         """Speaking rate of the next translation: faster while earlier speech is still queued (catchup.py)."""
@@ -431,11 +439,12 @@ class Loop:
 
     def _finalize(self, tr: UtteranceTrace, speculation: Hypothesis | None = None,
                   heard: Hypothesis | None = None) -> None:
-        if speculation is not None and speculation.end == tr.end_sample:
+        tail = self._postroll(tr.end_sample, tr.end_reason)
+        if speculation is not None and speculation.end == tr.end_sample and speculation.tail == tail:
             hyp = speculation  # no speech since the pause began: the work is done
             tr.speculative = True
         else:
-            hyp = self._recognize(tr.start_sample, tr.end_sample)
+            hyp = self._recognize(tr.start_sample, tr.end_sample, tail)
         if (not _has_words(hyp) and heard is not None and self.options.keep_heard
                 and not self._context.at(tr.start_sample).follows):
             # Whisper heard words in this utterance at a pause, and given all of it, no speech: in babble the VAD

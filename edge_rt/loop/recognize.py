@@ -49,6 +49,7 @@ class Hypothesis:
     split: bool = False  # the words are its pieces', decoded again after a sparse decode (split.py)
     lent: bool = False  # the words start in the dropped utterance before it (ContextOptions.lend_within_s)
     gated: bool = False  # no text because the unsure gate dropped the words Whisper wrote
+    tail: int = 0  # samples decoded after ``end`` (EndpointOptions.postroll_ms; set by the loop)
 
 
 def level(audio: np.ndarray, options: LoopOptions) -> np.ndarray:

@@ -74,10 +74,14 @@ def test_a_breath_after_a_sentence_is_not_decoded_with_the_sentence(stages, spee
     with the sentence before it (ContextOptions.joint), tiny.en writes one more word of that sentence
     ("... for your country. Ask"), which was then translated and spoken; too short to hold more than a
     word, it is decoded alone (ContextOptions.joint_min_s) and comes back as no speech."""
+    from edge_rt.loop.endpoint import EndpointOptions
+
     jfk = read_audio(speech_dir / "en_jfk.wav")
 
     def short(**kw):
-        traces, _ = _run(stages, jfk, **kw)
+        # Without the post-roll (EndpointOptions.postroll_ms, off by default), as the failure was found: with it
+        # this joint decode writes "." there, and the rule is tested on the case it was made for.
+        traces, _ = _run(stages, jfk, endpoint=EndpointOptions(postroll_ms=0), **kw)
         return [t for t in traces if t.end_sample - t.start_sample < 0.4 * 16000]
 
     # Greedy only (the failure was greedy's; a beam over the joint audio writes "." there): LoopOptions.redecode off.
@@ -127,6 +131,76 @@ def test_speculation_synthesizes_the_first_clause_during_the_pause(stages, speec
     # The same speech (espeak-ng's formant voice varies by a few samples from call to call).
     voiced = lambda a: int(np.count_nonzero(a))  # noqa: E731 - wherever the timeline placed it
     assert voiced(sink.audio()) == pytest.approx(voiced(plain_sink.audio()), rel=0.01)
+
+
+class _HeardLengths:
+    """The stages' Whisper, recording how many samples each decode was given."""
+
+    def __init__(self, asr):
+        self._asr, self.lengths = asr, []
+
+    def transcribe(self, audio, **kw):
+        self.lengths.append(len(audio))
+        return self._asr.transcribe(audio, **kw)
+
+    def with_options(self, options):
+        other = _HeardLengths(self._asr.with_options(options))
+        other.lengths = self.lengths
+        return other
+
+    def __getattr__(self, name):
+        return getattr(self._asr, name)
+
+
+def test_whisper_hears_the_post_roll_after_the_last_speech_frame(product_stages, speech_dir):
+    """"And so, my fellow Americans, [1 s pause] ask not ...": Silero calls the final /s/ of "Americans" silence,
+    and Whisper given the audio up to the last speech frame wrote "my fellow American" (en_jfk, live and in
+    `translate`). With EndpointOptions.postroll_ms the loop decodes that much more; the utterance's end does not move."""
+    import copy
+    import dataclasses
+
+    from edge_rt.loop.endpoint import EndpointOptions
+
+    jfk = read_audio(speech_dir / "en_jfk.wav")
+    runs, on = {}, 64  # off by default: see EndpointOptions.postroll_ms
+    for ms in (0, on):
+        stages = copy.copy(product_stages)
+        stages.asr = heard = _HeardLengths(product_stages.asr)
+        traces, _ = _run(stages, jfk, partials=False, endpoint=dataclasses.replace(EndpointOptions(), postroll_ms=ms))
+        runs[ms] = traces, heard.lengths
+    (plain, plain_heard), (padded, padded_heard) = runs[0], runs[on]
+    print([t.text for t in plain], [t.text for t in padded])
+    assert [(t.start_sample, t.end_sample) for t in padded] == [(t.start_sample, t.end_sample) for t in plain]
+    first = padded[0]
+    assert first.speculative  # the speculation at the pause had heard the post-roll: its work was used
+    tail = EndpointOptions(postroll_ms=on).postroll_samples
+    assert tail == 1024 and first.end_sample - first.start_sample + tail in padded_heard
+    assert first.end_sample - first.start_sample not in padded_heard
+    assert first.end_sample - first.start_sample in plain_heard
+    assert "americans" in normalize(first.text).split(), first.text
+    if "americans" in normalize(plain[0].text).split():
+        pytest.skip(f"this build's Whisper writes 'Americans' without the post-roll too ({plain[0].text!r}); "
+                    "the post-roll's audio was checked above")
+
+
+def test_no_post_roll_at_a_max_length_split_and_never_past_the_capture(stages):
+    """The next utterance starts where a max-length split cuts: its words are not the previous one's tail."""
+    from edge_rt.loop.endpoint import EndpointOptions
+
+    def loop(**kw):
+        made = Loop(stages, FastFileSource(np.zeros(16000, np.float32)), TimelineSink(22050, now_s=lambda: 0.0),
+                    LoopOptions(target="pt", **kw))
+        made.history.write(0, np.zeros(20000, np.float32))
+        return made
+
+    on = loop(endpoint=EndpointOptions(postroll_ms=64))
+    assert on._postroll(10000) == 1024
+    assert on._postroll(10000, "max_length") == 0
+    assert on._postroll(19500, "flush") == 500  # the end of the input: what there is
+    assert on._postroll(20000) == 0
+    assert loop()._postroll(10000) == 0  # off by default
+    with pytest.raises(ValueError, match="postroll_ms"):
+        EndpointOptions(postroll_ms=-1)
 
 
 def test_a_complete_sentence_ends_before_the_hangover(product_stages, speech_dir):
