@@ -157,7 +157,6 @@ def test_whisper_hears_the_post_roll_after_the_last_speech_frame(product_stages,
     and Whisper given the audio up to the last speech frame wrote "my fellow American" (en_jfk, live and in
     `translate`). With EndpointOptions.postroll_ms the loop decodes that much more; the utterance's end does not move."""
     import copy
-    import dataclasses
 
     from edge_rt.loop.endpoint import EndpointOptions
 
@@ -166,7 +165,7 @@ def test_whisper_hears_the_post_roll_after_the_last_speech_frame(product_stages,
     for ms in (0, on):
         stages = copy.copy(product_stages)
         stages.asr = heard = _HeardLengths(product_stages.asr)
-        traces, _ = _run(stages, jfk, partials=False, endpoint=dataclasses.replace(EndpointOptions(), postroll_ms=ms))
+        traces, _ = _run(stages, jfk, partials=False, endpoint=EndpointOptions(postroll_ms=ms))
         runs[ms] = traces, heard.lengths
     (plain, plain_heard), (padded, padded_heard) = runs[0], runs[on]
     print([t.text for t in plain], [t.text for t in padded])
