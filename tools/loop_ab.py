@@ -10,14 +10,18 @@ with a beam), ``preroll_ms`` (EndpointOptions: audio kept before an utterance's 
 audio decoded after its last speech frame) or
 ``noisy_preroll`` (LoopOptions: ``off`` or the dB below which an utterance opening out of noise starts further back),
 ``repeat_words`` (LoopOptions: ``off`` or the words of a run written twice in a row that is said once) or
-``lend_within_s`` (ContextOptions: ``off`` or the seconds within which a dropped utterance is lent to the next).
+``lend_within_s`` (ContextOptions: ``off`` or the seconds within which a dropped utterance is lent to the next)
+or ``loudspeaker`` (``off``, ``frontend``, ``frontend+64``, ``on``: `run --loudspeaker` in parts; ``on+MS``: all of
+it with ``complete_after_ms`` MS). More than two
+values are run in turn, each first on one clip in N; the ratios are against the first.
 Prints per clip and setting the turn latency, whether a translation started before the speaker's final
 end (talk-over), both settings' captions where they differ, then for each setting and set: turn latency P50/P95, the talk-over rate, the English
 WER of the live captions, and the paired latency ratio. Needs an idle machine (~25 min for the 33 clips
 and their paused versions with two settings).
 
     python tools/loop_ab.py [--vary complete_after_ms=64,256 | beam_size=1,5 | redecode=off,-0.5 | preroll_ms=192,320 | postroll_ms=0,64
-                             | noisy_preroll=off,20 | repeat_words=off,3 | lend_within_s=off,2] [--limit N]
+                             | noisy_preroll=off,20 | repeat_words=off,3 | lend_within_s=off,2
+                             | loudspeaker=off,frontend,frontend+64,on | loudspeaker=on,on+256] [--limit N]
                             [--no-paused]
 """
 
@@ -60,7 +64,25 @@ KNOBS = {
     # an utterance the unsure gate dropped lent to one that starts within this many seconds (ContextOptions)
     "lend_within_s": lambda v: {"context": dataclasses.replace(ContextOptions(),
                                                                lend_within_s=None if v == "off" else float(v))},
+    # loudspeaker mode in parts: off (a headset), frontend (its capture front end alone), frontend+64 (and its
+    # complete_after_ms), on (all of `run --loudspeaker`: also barge-in pause; bench.loudspeaker_mode)
+    "loudspeaker": lambda v: _loudspeaker(v),
 }
+
+
+def _loudspeaker(v: str) -> dict:
+    from edge_rt.audio.frontend import FrontEndOptions
+    from edge_rt.loop.turn_policy import LOUDSPEAKER_COMPLETE_AFTER_MS
+
+    parts = {"off": {}, "frontend": {"frontend": FrontEndOptions()},
+             "frontend+64": {"frontend": FrontEndOptions(),
+                             "turn": dataclasses.replace(TurnOptions(), complete_after_ms=LOUDSPEAKER_COMPLETE_AFTER_MS)},
+             "on": {"loudspeaker": True}}
+    if v.startswith("on+") and v[3:].isdigit():  # all of it, with another complete_after_ms
+        return {"loudspeaker": True, "turn": dataclasses.replace(TurnOptions(), complete_after_ms=int(v[3:]))}
+    if v not in parts:
+        raise SystemExit(f"--vary loudspeaker takes {', '.join(parts)} or on+MS; got {v!r}")
+    return parts[v]
 
 
 def main(argv=None) -> int:
@@ -75,8 +97,8 @@ def main(argv=None) -> int:
     _, stages = bench.load_bench_stages(options)
     clips = bench.load_clips(options)[: args.limit]
     key, _, values = args.vary.partition("=")
-    if key not in KNOBS or len(values.split(",")) != 2:
-        ap.error(f"--vary takes KEY=A,B with KEY one of {', '.join(KNOBS)}, got {args.vary!r}")
+    if key not in KNOBS or len(values.split(",")) < 2:
+        ap.error(f"--vary takes KEY=A,B[,C...] with KEY one of {', '.join(KNOBS)}, got {args.vary!r}")
     names = [f"{key}={v}" for v in values.split(",")]
     setting = {n: KNOBS[key](v) for n, v in zip(names, values.split(","))}
     rows: dict[str, list] = {"real": [], "paused": []}
@@ -90,10 +112,14 @@ def main(argv=None) -> int:
                 items.append(("paused", p.audio, p.final_end, p.pauses))
         for kind, a, end, pauses in items:
             result = {}
-            order = names if k % 2 == 0 else names[::-1]
+            order = names[k % len(names):] + names[: k % len(names)]  # each setting first in turn
             k += 1
             for name in order:
-                loop_opts = dataclasses.replace(options.loop_options(options.target_for(clip["lang"])), **setting[name])
+                loop_opts = options.loop_options(options.target_for(clip["lang"]))
+                extra = dict(setting[name])
+                if extra.pop("loudspeaker", False):
+                    loop_opts = bench.loudspeaker_mode(loop_opts)
+                loop_opts = dataclasses.replace(loop_opts, **extra)
                 run = bench.run_clip(stages, a, loop_opts, options.tail_s)
                 t = bench.live_turn(run.traces, run.clock, end)
                 taking = turn_taking(run.traces, run.clock, end, run.last_played_ns, pauses)
@@ -116,10 +142,11 @@ def main(argv=None) -> int:
             pct = (f"P50 {np.percentile(lat, 50):.0f} ms, P95 {np.percentile(lat, 95):.0f} ms" if lat else "-")
             print(f"  {n}: turn latency {pct} ({len(lat)} measured); talk-over {over}/{len(rs)} ({100 * over / len(rs):.1f} %); "
                   f"live English WER {en} %")
-        both = [(r[names[1]][0], r[names[0]][0]) for _, r in rs if r[names[0]][0] and r[names[1]][0]]
-        if both:
-            print(f"  {names[1]} / {names[0]}: P50 x{np.median([a for a, _ in both]) / np.median([b for _, b in both]):.3f}, "
-                  f"median of the per-clip ratios x{np.median([a / b for a, b in both]):.3f} ({len(both)} clips)")
+        for other in names[1:]:
+            both = [(r[other][0], r[names[0]][0]) for _, r in rs if r[names[0]][0] and r[other][0]]
+            if both:
+                print(f"  {other} / {names[0]}: P50 x{np.median([a for a, _ in both]) / np.median([b for _, b in both]):.3f}, "
+                      f"median of the per-clip ratios x{np.median([a / b for a, b in both]):.3f} ({len(both)} clips)")
     return 0
 
 

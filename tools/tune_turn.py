@@ -22,7 +22,7 @@ later of the declared end and the speculation's end (``speculate_after_ms`` + th
 recording measured for the decode, translation and first clause at that pause), the earliest the
 speech could start. Then the same for the defaults with each ``complete_after_ms``.
 
-    python tools/tune_turn.py --pack default --precision int8 --half tune [--cache /tmp/turn_tune.json]
+    python tools/tune_turn.py --pack default --precision int8 --half tune [--cache /tmp/turn_tune.json] [--postroll-ms 64]
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from edge_rt.audio.files import read_audio  # noqa: E402
 from edge_rt.audio.sinks import TimelineSink  # noqa: E402
 from edge_rt.audio.sources import FastFileSource  # noqa: E402
+from edge_rt.loop.endpoint import EndpointOptions  # noqa: E402
 from edge_rt.loop.loop import Loop, LoopOptions  # noqa: E402
 from edge_rt.loop.turn_policy import Decision, TurnOptions, TurnPolicy  # noqa: E402
 from edge_rt.measure.bench import oracle_end  # noqa: E402
@@ -118,13 +119,14 @@ def tuning_items(speech_dir: Path, half: str, vad) -> list[Item]:
     return items
 
 
-def record(stages, items: list[Item], hold_ms: int) -> list[Pause]:
+def record(stages, items: list[Item], hold_ms: int, postroll_ms: int = 0) -> list[Pause]:
     log: list[Pause] = []
     for it in items:
         source = FastFileSource(it.audio, tail_s=2.5)
         sink = TimelineSink(22050, now_s=lambda: source.ring.read_index / SAMPLE_RATE)
         target = "pt" if it.id.startswith("en_") else "en"
         loop = Loop(stages, source, sink, LoopOptions(target=target, partials=False,
+                                                      endpoint=EndpointOptions(postroll_ms=postroll_ms),
                                                       turn=TurnOptions(model_at_ms=CANDIDATE_MS, max_pause_ms=hold_ms)))
         loop.turn_policy = RecordingPolicy(loop, it.id, log, hold_ms)
         # The evidence and the speculation's time (decode, translation, first clause, as the live loop does
@@ -262,6 +264,9 @@ def main(argv=None) -> int:
     ap.add_argument("--speech-dir", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "speech"))
     ap.add_argument("--cache", default=None, help="JSON file: reuse a recording (written if missing)")
     ap.add_argument("--record-max-ms", type=int, default=1600)
+    ap.add_argument("--postroll-ms", type=int, default=EndpointOptions().postroll_ms,
+                    help="EndpointOptions.postroll_ms of the recording's loop: the audio after the last speech frame "
+                         "that the speculation decodes, which moves Whisper's end-mark probability (default: the loop's)")
     ap.add_argument("--carry", action="store_true",
                     help="one speaker for the whole set (pause statistics carry over); default: each item starts "
                          "fresh, as each clip of edge-rt bench does")
@@ -284,7 +289,7 @@ def main(argv=None) -> int:
     if cache is not None and cache.is_file():
         log = [Pause(**{**d, "p": {int(k): v for k, v in d["p"].items()}}) for d in json.loads(cache.read_text())]
     else:
-        log = record(stages, items, args.record_max_ms)
+        log = record(stages, items, args.record_max_ms, args.postroll_ms)
         if cache is not None:
             cache.write_text(json.dumps([asdict(p) for p in log]))
     rows = [(name, simulate(o, items, log, model, carry=args.carry)) for name, o, model in grid()]

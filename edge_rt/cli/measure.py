@@ -78,7 +78,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                         slowdown=os.environ.get("EDGE_RT_BENCH_SLOWDOWN", ""),  # test hook: measure/slowdown.py
                         speech_dir=Path(args.speech_dir) if args.speech_dir else None, paused=paused_options(args),
                         memory=args.memory, beam_size=args.beam, redecode=args.redecode, split=args.split,
-                        noisy_preroll=args.noisy_preroll,
+                        noisy_preroll=args.noisy_preroll, loudspeaker=args.loudspeaker_pass,
                         turn=_turn_options(args))
     result = bench(opts, log=log)
     if args.record_check:
@@ -122,6 +122,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                                             f"{len(p['clips'])} clips, {len(p['skipped'])} without a pause point): "
                                             f"turn P50 {p['turn_latency_ms']['p50'] or 0:.0f} ms; ", p)
                           + f"; talk-over at the pause {_pct(p['talk_over_at_pause_rate'])}", highlight=False)
+        if r.get("loudspeaker"):
+            s = r["loudspeaker"]
+            console.print(f"loudspeaker mode: turn P50 {s['turn_latency_ms']['p50'] or 0:.0f} ms; against the headset run "
+                          f"of the same clips, P50 x{s['p50_ratio'] or 0:.3f}, median of the per-clip ratios "
+                          f"x{s['per_clip_median_ratio'] or 0:.3f} ({s['clips_paired']} clips)", highlight=False)
     return 0 if ok else 1
 
 

@@ -47,9 +47,11 @@ class EndpointOptions:
     # at a pause has heard, so it adds no wait) lowered live English WER 6.98 -> 6.05 % and talk-over 12 -> 10 of
     # the 33 clips in one interleaved run (tools/loop_ab.py --vary postroll_ms=0,64) and WER 33.5 -> 31.9 % on
     # 120 generated sentences (tools/tune_redecode.py, seeds 53 and 59), but it moves Whisper's end-mark
-    # probability, the turn policy's evidence, which was tuned without it: at the spliced hesitation of
-    # tests/loop/test_loop.py 0.49 -> 0.64, and the hesitation ends the utterance. Its thresholds must be tuned
-    # again with it (tools/tune_turn.py) before it is on; see README "A word's soft end".
+    # probability, the turn policy's evidence: at the spliced hesitation of tests/loop/test_loop.py 0.49 -> 0.64,
+    # and the hesitation ends the utterance. Recorded with it (tools/tune_turn.py --postroll-ms 64), the held-out
+    # half ends 11 of 17 spliced hesitations against 7 at the defaults (8 against 5-6 at a higher mark_incomplete;
+    # the tuning half: 2/15 against 3/15): audio that stops at the last speech frame is itself a sign the sentence
+    # goes on. See README "A word's soft end".
     postroll_ms: int = 0
     max_utterance_s: float = 28.0  # split longer speech (fits Whisper's 30 s window with pre-roll)
     split_search_s: float = 4.0  # where to look for the quietest point when splitting

@@ -33,7 +33,7 @@ import json
 import os
 import resource
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +47,7 @@ from edge_rt.loop.options import RedecodeOptions, SplitOptions
 from edge_rt.loop.preroll import NoisyPrerollOptions
 from edge_rt.loop.stages import Stages
 from edge_rt.loop.trace import UtteranceTrace, percentiles
-from edge_rt.loop.turn_policy import TurnOptions
+from edge_rt.loop.turn_policy import LOUDSPEAKER_COMPLETE_AFTER_MS, TurnOptions
 from edge_rt.measure.memory import cold_start_s
 from edge_rt.measure.oracle import OracleOptions, speech_span
 from edge_rt.measure.paused import PausedClip, PauseOptions, paused_clip
@@ -98,6 +98,11 @@ class BenchOptions:
     split: SplitOptions | None = field(default_factory=SplitOptions)
     # an utterance that opens out of noise starts further back (LoopOptions.noisy_preroll; None: never)
     noisy_preroll: NoisyPrerollOptions | None = field(default_factory=NoisyPrerollOptions)
+    # Also each clip in loudspeaker mode (loudspeaker_mode() below: `edge-rt run --loudspeaker`'s capture front end,
+    # barge-in and turn options), run right after the same clip without it, so the two see the same load: what the
+    # mode costs in turn latency as paired ratios (the target is 10 %, README). A file run feeds no echo back, so this
+    # measures the front end's and the policy's cost, not echo handling (tests/loop/test_loudspeaker_jack.py does that).
+    loudspeaker: bool = False
 
     def loop_options(self, target: str) -> LoopOptions:
         return LoopOptions(target=target, partials=self.partials, speculate_after_ms=self.speculate_after_ms,
@@ -258,6 +263,28 @@ def live_turn(traces: list[UtteranceTrace], clock, end: int) -> Turn:
     return Turn(latency, last, "ok")
 
 
+def loudspeaker_mode(options: LoopOptions) -> LoopOptions:
+    """``options`` as `edge-rt run --loudspeaker` sets them when no other flag is given (cli/speech.py,
+    cli/common.py): the capture front end, barge-in ``pause`` and LOUDSPEAKER_COMPLETE_AFTER_MS."""
+    from edge_rt.audio.frontend import FrontEndOptions
+
+    turn = replace(options.turn, complete_after_ms=LOUDSPEAKER_COMPLETE_AFTER_MS) if options.turn else None
+    return replace(options, frontend=FrontEndOptions(), barge_in="pause", turn=turn)
+
+
+def _loudspeaker_summary(pairs: dict[str, tuple[float | None, float | None]]) -> dict:
+    """Per clip (headset, loudspeaker) turn latency -> the loudspeaker run's percentiles and the paired ratios."""
+    both = [(h, s) for h, s in pairs.values() if h and s]
+    return {
+        "turn_latency_ms": percentiles(s for _, s in pairs.values()),
+        # both over the clips measured in both runs: the P50s' ratio and the median of the per-clip ratios
+        "p50_ratio": _ratio(float(np.median([s for _, s in both])), float(np.median([h for h, _ in both]))) if both else None,
+        "per_clip_median_ratio": round(float(np.median([s / h for h, s in both])), 3) if both else None,
+        "clips_paired": len(both),
+        "clips": {k: {"headset_ms": h, "loudspeaker_ms": s} for k, (h, s) in pairs.items()},
+    }
+
+
 def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a and b else None
 
@@ -336,11 +363,16 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
     wall0 = time.perf_counter()
     results: list[ClipResult] = []
     inputs = []
+    loud: dict[str, tuple[float | None, float | None]] = {}
     for c in clips:
         res, inp = _measure_clip(stages, peer, c, options)
         results.append(res)
         inputs.append(inp)
         log(res)
+        if options.loudspeaker and options.live:
+            audio, end, loop_opts = inp
+            run = run_clip(stages, audio, loudspeaker_mode(loop_opts), options.tail_s)
+            loud[c["id"]] = (res.turn_latency_ms, live_turn(run.traces, run.clock, end).latency_ms)
     wall = time.perf_counter() - wall0
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
@@ -423,5 +455,6 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
             f"faster-whisper int8 (vad_filter, greedy, language given) + the same MT + piper-tts / espeak-ng "
             f"first sentence, after faster-whisper's {peer.wait_ms:.0f} ms end-of-speech silence"),
         "paused": paused,
+        "loudspeaker": _loudspeaker_summary(loud) if loud else None,  # None without --loudspeaker
         "clips": clip_dicts,
     }

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 import pytest
 
 from edge_rt.audio.clock import CaptureClock
+from edge_rt.cli.common import _turn_options
+from edge_rt.loop.loop import LoopOptions
 from edge_rt.loop.trace import UtteranceTrace
-from edge_rt.measure.bench import BenchOptions, PlayoutSink, bench, live_turn, oracle_end
+from edge_rt.loop.turn_policy import TurnOptions
+from edge_rt.measure.bench import BenchOptions, PlayoutSink, bench, live_turn, loudspeaker_mode, oracle_end
 from edge_rt.measure.paused import PauseOptions
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME
 
@@ -90,7 +95,8 @@ def test_the_playout_sink_notes_when_the_last_translated_sample_was_played():
 def test_bench_reports_turn_taking_on_real_clips_and_the_paused_set(tiny_pack):
     """One short real clip through the live loop, plain and paused (tiny pack): the figures are there and sane."""
     clip = "en_librispeech_1089-134686-0001"  # 3.3 s: "stuff it into you his belly counselled him"
-    r = bench(BenchOptions(pack="tiny", clips=(clip,), baseline=False, tail_s=2.0, paused=PauseOptions()))
+    r = bench(BenchOptions(pack="tiny", clips=(clip,), baseline=False, tail_s=2.0, paused=PauseOptions(),
+                           loudspeaker=True))
     c = r["clips"][0]
     assert c["reference"] and c["live_text"], c
     assert r["live_wer_en"] is not None and r["live_wer_en"] < 60, (r["live_wer"], c["live_text"])
@@ -111,3 +117,19 @@ def test_bench_reports_turn_taking_on_real_clips_and_the_paused_set(tiny_pack):
     assert r["loop_memory"] is None  # only with --memory (a fresh process: tests/measure/test_memory.py)
     # partials stopped at a pause (loop/pause_watch.py): summed over the clips, as each clip's loop counted them
     assert r["loop"]["partials_stopped"] == c["partials_stopped"] >= 0
+    # the same clip again in loudspeaker mode, paired with the headset run (the ratio is bench's figure, not a test's)
+    s = r["loudspeaker"]
+    assert s["clips"][clip]["headset_ms"] == c["turn_latency_ms"]
+    if c["turn_latency_ms"] and s["clips"][clip]["loudspeaker_ms"]:
+        assert s["clips_paired"] == 1 and s["per_clip_median_ratio"] == pytest.approx(
+            s["clips"][clip]["loudspeaker_ms"] / c["turn_latency_ms"], abs=1e-3) == pytest.approx(s["p50_ratio"], abs=1e-3)
+
+
+def test_loudspeaker_mode_is_run_s_loudspeaker_flags():
+    """The bench's loudspeaker pass sets what `edge-rt run --loudspeaker` sets without other flags."""
+    headset = LoopOptions(target="pt", turn=TurnOptions())
+    loud = loudspeaker_mode(headset)
+    assert loud.frontend is not None and loud.frontend.echo_cancellation and loud.barge_in == "pause"
+    assert loud.turn == _turn_options(argparse.Namespace(complete_after_ms=None, loudspeaker=True))
+    assert headset.frontend is None and headset.turn == TurnOptions()  # the headset run's options untouched
+    assert loudspeaker_mode(LoopOptions(target="pt", turn=None)).turn is None  # --no-turn-policy stays plain
