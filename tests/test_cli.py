@@ -267,15 +267,15 @@ def test_split_flag_is_parsed_on_every_loop_command_and_checked():
 
 
 def test_complete_after_ms_reaches_the_turn_policy_and_is_checked():
-    """--complete-after-ms sets TurnOptions.complete_after_ms; --loudspeaker keeps 64 unless it is given; a value
-    the policy refuses is a named error (exit 2), not a traceback."""
+    """--complete-after-ms sets TurnOptions.complete_after_ms, with --loudspeaker too (no mode of its own since
+    2026-12-06); a value the policy refuses is a named error (exit 2), not a traceback."""
     from edge_rt.cli import build_parser
     from edge_rt.cli.common import _turn_options
-    from edge_rt.loop.turn_policy import LOUDSPEAKER_COMPLETE_AFTER_MS, TurnOptions
+    from edge_rt.loop.turn_policy import TurnOptions
 
     parse = build_parser().parse_args
     assert _turn_options(parse(["run", "--to", "pt"])) == TurnOptions()
-    assert _turn_options(parse(["run", "--to", "pt", "--loudspeaker"])).complete_after_ms == LOUDSPEAKER_COMPLETE_AFTER_MS
+    assert _turn_options(parse(["run", "--to", "pt", "--loudspeaker"])) == TurnOptions()
     assert _turn_options(parse(["run", "--to", "pt", "--loudspeaker", "--complete-after-ms", "200"])).complete_after_ms == 200
     assert _turn_options(parse(["translate", "x.wav", "--to", "pt", "--complete-after-ms", "96"])).complete_after_ms == 96
     bad = run_cli("translate", "x.wav", "--to", "pt", "--complete-after-ms", "5000")

@@ -21,7 +21,7 @@ and their paused versions with two settings).
 
     python tools/loop_ab.py [--vary complete_after_ms=64,256 | beam_size=1,5 | redecode=off,-0.5 | preroll_ms=192,320 | postroll_ms=0,64
                              | noisy_preroll=off,20 | repeat_words=off,3 | lend_within_s=off,2
-                             | loudspeaker=off,frontend,frontend+64,on | loudspeaker=on,on+256] [--limit N]
+                             | loudspeaker=off,frontend,frontend+64,on | loudspeaker=on+64,on] [--limit N]
                             [--no-paused]
 """
 
@@ -64,19 +64,18 @@ KNOBS = {
     # an utterance the unsure gate dropped lent to one that starts within this many seconds (ContextOptions)
     "lend_within_s": lambda v: {"context": dataclasses.replace(ContextOptions(),
                                                                lend_within_s=None if v == "off" else float(v))},
-    # loudspeaker mode in parts: off (a headset), frontend (its capture front end alone), frontend+64 (and its
-    # complete_after_ms), on (all of `run --loudspeaker`: also barge-in pause; bench.loudspeaker_mode)
+    # loudspeaker mode in parts: off (a headset), frontend (its capture front end alone), frontend+64 (with
+    # complete_after_ms 64, loudspeaker mode's until 2026-12-06), on (all of `run --loudspeaker`: also barge-in
+    # pause; bench.loudspeaker_mode), on+MS (all of it with complete_after_ms MS)
     "loudspeaker": lambda v: _loudspeaker(v),
 }
 
 
 def _loudspeaker(v: str) -> dict:
     from edge_rt.audio.frontend import FrontEndOptions
-    from edge_rt.loop.turn_policy import LOUDSPEAKER_COMPLETE_AFTER_MS
 
     parts = {"off": {}, "frontend": {"frontend": FrontEndOptions()},
-             "frontend+64": {"frontend": FrontEndOptions(),
-                             "turn": dataclasses.replace(TurnOptions(), complete_after_ms=LOUDSPEAKER_COMPLETE_AFTER_MS)},
+             "frontend+64": {"frontend": FrontEndOptions(), "turn": dataclasses.replace(TurnOptions(), complete_after_ms=64)},
              "on": {"loudspeaker": True}}
     if v.startswith("on+") and v[3:].isdigit():  # all of it, with another complete_after_ms
         return {"loudspeaker": True, "turn": dataclasses.replace(TurnOptions(), complete_after_ms=int(v[3:]))}

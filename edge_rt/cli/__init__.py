@@ -30,8 +30,7 @@ def _add_turn_arg(p: argparse.ArgumentParser) -> None:
     """--complete-after-ms: when a sentence the turn policy judges complete ends (TurnOptions.complete_after_ms)."""
     p.add_argument("--complete-after-ms", type=int, default=None, metavar="MS",
                    help="pause that ends a sentence judged complete (default 256: about the time the decode at a "
-                        "pause takes on a 2-core CPU; lower it where that is shorter, e.g. on a GPU; 64 with "
-                        "--loudspeaker, see README)")
+                        "pause takes on a 2-core CPU; lower it where that is shorter, e.g. on a GPU)")
 
 
 def _add_ops_commands(sub) -> None:
@@ -153,10 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--memory", action="store_true",
                    help="also measure the loop's own peak RSS after warm-up and cold start in a fresh process")
     add_paused_args(b, "also run the paused-speech set")
-    # its own dest: _turn_options reads args.loudspeaker (run's flag), and this run's headset pass keeps the defaults
-    b.add_argument("--loudspeaker", action="store_true", dest="loudspeaker_pass",
-                   help="also each clip in loudspeaker mode (`run --loudspeaker`: echo canceller, its turn and "
-                        "barge-in options) right after it: the mode's cost in turn latency as paired ratios")
+    b.add_argument("--loudspeaker", action="store_true",
+                   help="also each clip in loudspeaker mode (`run --loudspeaker`: echo canceller, barge-in pause) "
+                        "right after it: the mode's cost in turn latency as paired ratios")
     b.add_argument("--check", default=None, metavar="FILE",
                    help="perf-regression check: run FILE's clips, fail if a stage's time in units of a speed "
                         "probe grew beyond FILE's tolerance, the loop is not faster than serial, or a clip failed")

@@ -13,13 +13,10 @@ def _stage_options(args: argparse.Namespace):
 
 
 def _turn_options(args: argparse.Namespace):
-    """TurnOptions with ``--complete-after-ms`` when given (else the policy's defaults; with ``--loudspeaker``,
-    LOUDSPEAKER_COMPLETE_AFTER_MS: see its comment)."""
-    from edge_rt.loop.turn_policy import LOUDSPEAKER_COMPLETE_AFTER_MS, TurnOptions
+    """TurnOptions with ``--complete-after-ms`` when given (else the policy's defaults, loudspeaker mode too)."""
+    from edge_rt.loop.turn_policy import TurnOptions
 
     after = args.complete_after_ms
-    if after is None and getattr(args, "loudspeaker", False):
-        after = LOUDSPEAKER_COMPLETE_AFTER_MS
     if after is None:
         return TurnOptions()
     try:

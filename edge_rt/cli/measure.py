@@ -78,7 +78,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                         slowdown=os.environ.get("EDGE_RT_BENCH_SLOWDOWN", ""),  # test hook: measure/slowdown.py
                         speech_dir=Path(args.speech_dir) if args.speech_dir else None, paused=paused_options(args),
                         memory=args.memory, beam_size=args.beam, redecode=args.redecode, split=args.split,
-                        noisy_preroll=args.noisy_preroll, loudspeaker=args.loudspeaker_pass,
+                        noisy_preroll=args.noisy_preroll, loudspeaker=args.loudspeaker,
                         turn=_turn_options(args))
     result = bench(opts, log=log)
     if args.record_check:

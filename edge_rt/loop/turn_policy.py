@@ -31,14 +31,7 @@ from typing import NamedTuple
 
 from edge_rt.stages.asr.tokenizer import SENTENCE_FINAL
 
-__all__ = ["Decision", "LOUDSPEAKER_COMPLETE_AFTER_MS", "TurnOptions", "TurnPolicy", "TextEvidence", "text_evidence",
-           "NOT_FINAL_WORDS"]
-
-# `edge-rt run --loudspeaker` keeps the earlier 64 ms unless told otherwise: in the live loudspeaker test
-# (tests/loop/test_loudspeaker_jack.py, JACK, our output fed back 6 dB down) edge-rt translated a 0.35 s
-# utterance of its own voice in 2 of 4 runs at 256 ms (opened at the onset of our speech after a 0.3 s gap, which
-# the echo gate did not call echo) and in none of 3 at 64 ms. Not explained, so not traded for talk-over there.
-LOUDSPEAKER_COMPLETE_AFTER_MS = 64
+__all__ = ["Decision", "TurnOptions", "TurnPolicy", "TextEvidence", "text_evidence", "NOT_FINAL_WORDS"]
 
 # Words after which a sentence cannot end, per language: articles, conjunctions, prepositions,
 # possessive determiners, fillers. Words that also end sentences as particles or pronouns
@@ -121,6 +114,11 @@ class TurnOptions:
     # (tools/loop_ab.py): talk-over 48.5 -> 36.4 %, turn latency P50 1044 -> 593 ms (fewer clips queued
     # behind their own fragments), per-clip median ratio x1.00. On a device whose speculation is shorter
     # (a GPU) this waits for nothing: lower it there (`--complete-after-ms`, `[loop] complete_after_ms`).
+    # Loudspeaker mode uses it too since 2026-12-06 (it kept 64 ms before: at 256 the live loudspeaker test had
+    # translated our own voice in 2 of 4 runs, before the front end's converging wait and re-convergence; since, 0
+    # of 3 runs at 256). There a talk-over costs the speaker's words (AEC3 takes the near end down under our
+    # speech): tools/loop_ab.py --vary loudspeaker=on+64,on, 33 clips, talk-over 16 -> 13, live English WER
+    # 11.16 -> 9.30 %, P50 x0.96, per-clip median x1.00.
     complete_after_ms: int = 256
     # The longest pause held open for a sentence judged incomplete; a speaker silent this long has
     # yielded the turn whatever the evidence says. 1024 ms: same talk-over as 1280, 50 ms less mean wait.

@@ -47,7 +47,7 @@ from edge_rt.loop.options import RedecodeOptions, SplitOptions
 from edge_rt.loop.preroll import NoisyPrerollOptions
 from edge_rt.loop.stages import Stages
 from edge_rt.loop.trace import UtteranceTrace, percentiles
-from edge_rt.loop.turn_policy import LOUDSPEAKER_COMPLETE_AFTER_MS, TurnOptions
+from edge_rt.loop.turn_policy import TurnOptions
 from edge_rt.measure.memory import cold_start_s
 from edge_rt.measure.oracle import OracleOptions, speech_span
 from edge_rt.measure.paused import PausedClip, PauseOptions, paused_clip
@@ -98,8 +98,8 @@ class BenchOptions:
     split: SplitOptions | None = field(default_factory=SplitOptions)
     # an utterance that opens out of noise starts further back (LoopOptions.noisy_preroll; None: never)
     noisy_preroll: NoisyPrerollOptions | None = field(default_factory=NoisyPrerollOptions)
-    # Also each clip in loudspeaker mode (loudspeaker_mode() below: `edge-rt run --loudspeaker`'s capture front end,
-    # barge-in and turn options), run right after the same clip without it, so the two see the same load: what the
+    # Also each clip in loudspeaker mode (loudspeaker_mode() below: `edge-rt run --loudspeaker`'s capture front end
+    # and barge-in), run right after the same clip without it, so the two see the same load: what the
     # mode costs in turn latency as paired ratios (the target is 10 %, README). A file run feeds no echo back, so this
     # measures the front end's and the policy's cost, not echo handling (tests/loop/test_loudspeaker_jack.py does that).
     loudspeaker: bool = False
@@ -264,12 +264,11 @@ def live_turn(traces: list[UtteranceTrace], clock, end: int) -> Turn:
 
 
 def loudspeaker_mode(options: LoopOptions) -> LoopOptions:
-    """``options`` as `edge-rt run --loudspeaker` sets them when no other flag is given (cli/speech.py,
-    cli/common.py): the capture front end, barge-in ``pause`` and LOUDSPEAKER_COMPLETE_AFTER_MS."""
+    """``options`` as `edge-rt run --loudspeaker` sets them when no other flag is given (cli/speech.py): the capture
+    front end (echo cancellation, the sink's playback as far end) and barge-in ``pause``."""
     from edge_rt.audio.frontend import FrontEndOptions
 
-    turn = replace(options.turn, complete_after_ms=LOUDSPEAKER_COMPLETE_AFTER_MS) if options.turn else None
-    return replace(options, frontend=FrontEndOptions(), barge_in="pause", turn=turn)
+    return replace(options, frontend=FrontEndOptions(), barge_in="pause")
 
 
 def _loudspeaker_summary(pairs: dict[str, tuple[float | None, float | None]]) -> dict:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 import pytest
 
 from edge_rt.audio.clock import CaptureClock
+from edge_rt.cli import build_parser
 from edge_rt.cli.common import _turn_options
 from edge_rt.loop.loop import LoopOptions
 from edge_rt.loop.trace import UtteranceTrace
@@ -130,6 +129,6 @@ def test_loudspeaker_mode_is_run_s_loudspeaker_flags():
     headset = LoopOptions(target="pt", turn=TurnOptions())
     loud = loudspeaker_mode(headset)
     assert loud.frontend is not None and loud.frontend.echo_cancellation and loud.barge_in == "pause"
-    assert loud.turn == _turn_options(argparse.Namespace(complete_after_ms=None, loudspeaker=True))
+    assert loud.turn == _turn_options(build_parser().parse_args(["run", "--to", "pt", "--loudspeaker"]))
     assert headset.frontend is None and headset.turn == TurnOptions()  # the headset run's options untouched
     assert loudspeaker_mode(LoopOptions(target="pt", turn=None)).turn is None  # --no-turn-policy stays plain
