@@ -14,7 +14,7 @@ Definitions:
     like: the shortest, over the utterances of the clips played into silence, of end of speech -> first
     translated audio ready (``tts_first_chunk``), i.e. the turn latency without the wait behind earlier speech
     still playing: the floor every utterance pays, which the front end raises (an utterance the turn policy
-    ended as "complete" in all runs here but one, on a loaded machine). Whether a pause ends at 64 ms
+    ended as "complete" in all runs here but one, on a loaded machine). Whether a pause ends at complete_after_ms
     ("complete") or is held to 1024 ms varies from run to run with the speculation's timing, on a headset as
     much as with the front end, and so do how long a translation queues behind the one before it and which
     utterances are decoded together with the one before them (``ContextOptions.joint``: twice the audio): the
