@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Two settings of the live loop, in one run, clip by clip: turn latency, talk-over and the live captions' WER.
+"""Two (or more) settings of the live loop, in one run, clip by clip: turn latency, talk-over and the live captions' WER.
 
 Replays every clip of the speech set, and its paused version (``edge-rt bench --paused``: a 600 ms pause
 inserted at a word boundary), live as `edge-rt bench` does, once with each of two values of one knob, the

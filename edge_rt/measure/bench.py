@@ -101,7 +101,7 @@ class BenchOptions:
     # Also each clip in loudspeaker mode (loudspeaker_mode() below: `edge-rt run --loudspeaker`'s capture front end
     # and barge-in), run right after the same clip without it, so the two see the same load: what the
     # mode costs in turn latency as paired ratios (the target is 10 %, README). A file run feeds no echo back, so this
-    # measures the front end's and the policy's cost, not echo handling (tests/loop/test_loudspeaker_jack.py does that).
+    # measures what the front end and barge-in cost, not echo handling (tests/loop/test_loudspeaker_jack.py does that).
     loudspeaker: bool = False
 
     def loop_options(self, target: str) -> LoopOptions:
