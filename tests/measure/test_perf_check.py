@@ -61,15 +61,17 @@ def test_slowdown_spec_parses_and_rejects_nonsense():
 
 
 # -- the real pack ------------------------------------------------------------------------------
-# Three timings per clip instead of the recorded five: a slowed stage takes twice the time, far from the 1.5x
-# tolerance either way, and the fastest of three is within a few per cent of the fastest of five (CI time).
+# Three timings per clip for the slowed runs instead of the recorded five (CI time): a slowed stage takes twice the
+# time, far from the 1.5x tolerance either way. The reference they are held against takes the recorded five: with
+# three it was once recorded while the machine was slow (2026-12-06, full suite: TTS slowed 2x measured exactly
+# x1.50 against it, unslowed ~x0.75), and the fastest of more timings is the steadier floor.
 REPEATS = 3
 
 
-def _bench(slowdown: str = "") -> dict:
+def _bench(slowdown: str = "", repeats: int = REPEATS) -> dict:
     recorded = json.loads(CHECK_FILE.read_text())
     return bench(BenchOptions(pack=recorded["pack"], precision=recorded["precision"], clips=tuple(recorded["clips"]),
-                              live=False, speed_repeats=min(REPEATS, recorded["repeats"]), slowdown=slowdown))
+                              live=False, speed_repeats=min(repeats, recorded["repeats"]), slowdown=slowdown))
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +84,8 @@ def reference_here(default_pack, tmp_path_factory) -> dict:
     machine; the recorded file against this machine is what tools/test.sh checks after pytest.
     """
     clips = json.loads(CHECK_FILE.read_text())["clips"]
-    return record_check(_bench(), clips, tmp_path_factory.mktemp("perf") / "check.json")
+    repeats = json.loads(CHECK_FILE.read_text())["repeats"]
+    return record_check(_bench(repeats=repeats), clips, tmp_path_factory.mktemp("perf") / "check.json")
 
 
 def _check(reference: dict, slowdown: str) -> tuple[bool, str, dict]:
