@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from edge_rt.audio.files import read_audio  # noqa: E402
 from edge_rt.loop.context import ContextOptions  # noqa: E402
 from edge_rt.loop.endpoint import EndpointOptions  # noqa: E402
-from edge_rt.loop.options import RedecodeOptions  # noqa: E402
+from edge_rt.loop.options import RedecodeOptions, loudspeaker_mode  # noqa: E402
 from edge_rt.loop.preroll import NoisyPrerollOptions  # noqa: E402
 from edge_rt.loop.turn_policy import TurnOptions  # noqa: E402
 from edge_rt.measure import bench  # noqa: E402
@@ -66,7 +66,7 @@ KNOBS = {
                                                                lend_within_s=None if v == "off" else float(v))},
     # loudspeaker mode in parts: off (a headset), frontend (its capture front end alone), frontend+64 (with
     # complete_after_ms 64, loudspeaker mode's until 2026-12-06), on (all of `run --loudspeaker`: also barge-in
-    # pause; bench.loudspeaker_mode), on+MS (all of it with complete_after_ms MS)
+    # pause; loop.options.loudspeaker_mode), on+MS (all of it with complete_after_ms MS)
     "loudspeaker": lambda v: _loudspeaker(v),
 }
 
@@ -117,7 +117,7 @@ def main(argv=None) -> int:
                 loop_opts = options.loop_options(options.target_for(clip["lang"]))
                 extra = dict(setting[name])
                 if extra.pop("loudspeaker", False):
-                    loop_opts = bench.loudspeaker_mode(loop_opts)
+                    loop_opts = loudspeaker_mode(loop_opts)
                 loop_opts = dataclasses.replace(loop_opts, **extra)
                 run = bench.run_clip(stages, a, loop_opts, options.tail_s)
                 t = bench.live_turn(run.traces, run.clock, end)

@@ -90,10 +90,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from edge_rt.audio.devices import DeviceSink, DeviceSource
-    from edge_rt.audio.frontend import FrontEndOptions
     from edge_rt.loop.captions import Captions
     from edge_rt.loop.endpoint import EndpointOptions
     from edge_rt.loop.loop import LoopOptions
+    from edge_rt.loop.options import loudspeaker_mode
     from edge_rt.loop.trace import TraceWriter
     from edge_rt.pipeline import Pipeline
 
@@ -107,10 +107,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     spoken, languages = _sources(args.source)
     options = LoopOptions(target=args.to, source=spoken, languages=languages,
                           endpoint=EndpointOptions(hangover_ms=args.hangover_ms), turn=_turn_options(args),
-                          frontend=FrontEndOptions() if args.loudspeaker else None,
-                          barge_in=args.barge_in or ("pause" if args.loudspeaker else "continue"),
+                          barge_in=args.barge_in or "continue",
                           beam_size=args.beam, redecode=args.redecode, split=args.split,
                           noisy_preroll=args.noisy_preroll)
+    if args.loudspeaker:
+        options = loudspeaker_mode(options, args.barge_in)
     recording = None
     if args.record:  # field test: session folder + flight recorder (edge_rt/ops/session.py)
         from edge_rt.ops.flight import FlightOptions

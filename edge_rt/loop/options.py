@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from edge_rt.audio.frontend import FrontEndOptions
 from edge_rt.loop.catchup import CatchUpOptions
@@ -18,7 +18,7 @@ from edge_rt.loop.split import SplitOptions
 from edge_rt.stages.gain import GainOptions
 from edge_rt.units import VAD_FRAME_MS
 
-__all__ = ["LoopOptions", "RedecodeOptions", "SplitOptions"]
+__all__ = ["LoopOptions", "RedecodeOptions", "SplitOptions", "loudspeaker_mode"]
 
 
 @dataclass(frozen=True)
@@ -185,3 +185,9 @@ class LoopOptions:
         if self.turn is not None and self.turn.max_pause_ms < self.endpoint.hangover_ms:
             raise ValueError(f"turn.max_pause_ms ({self.turn.max_pause_ms}) must be at least the endpointer's "
                              f"hangover ({self.endpoint.hangover_ms} ms)")
+
+
+def loudspeaker_mode(options: LoopOptions, barge_in: str | None = None) -> LoopOptions:
+    """``options`` in loudspeaker mode (`edge-rt run --loudspeaker`; `edge-rt bench --loudspeaker` measures it): the
+    capture front end (echo cancellation, the sink's playback as far end) and barge-in ``barge_in`` (None: pause)."""
+    return replace(options, frontend=FrontEndOptions(), barge_in=barge_in or "pause")

@@ -33,7 +33,7 @@ import json
 import os
 import resource
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +43,7 @@ from edge_rt.audio.files import read_audio
 from edge_rt.audio.sinks import PacedFileSink
 from edge_rt.audio.sources import PacedFileSource
 from edge_rt.loop.loop import Loop, LoopOptions
-from edge_rt.loop.options import RedecodeOptions, SplitOptions
+from edge_rt.loop.options import RedecodeOptions, SplitOptions, loudspeaker_mode
 from edge_rt.loop.preroll import NoisyPrerollOptions
 from edge_rt.loop.stages import Stages
 from edge_rt.loop.trace import UtteranceTrace, percentiles
@@ -98,8 +98,8 @@ class BenchOptions:
     split: SplitOptions | None = field(default_factory=SplitOptions)
     # an utterance that opens out of noise starts further back (LoopOptions.noisy_preroll; None: never)
     noisy_preroll: NoisyPrerollOptions | None = field(default_factory=NoisyPrerollOptions)
-    # Also each clip in loudspeaker mode (loudspeaker_mode() below: `edge-rt run --loudspeaker`'s capture front end
-    # and barge-in), run right after the same clip without it, so the two see the same load: what the
+    # Also each clip in loudspeaker mode (loop.options.loudspeaker_mode: `edge-rt run --loudspeaker`'s capture front
+    # end and barge-in), run right after the same clip without it, so the two see the same load: what the
     # mode costs in turn latency as paired ratios (the target is 10 %, README). A file run feeds no echo back, so this
     # measures what the front end and barge-in cost, not echo handling (tests/loop/test_loudspeaker_jack.py does that).
     loudspeaker: bool = False
@@ -261,14 +261,6 @@ def live_turn(traces: list[UtteranceTrace], clock, end: int) -> Turn:
         # as speech (a breath, trailing noise) became no utterance of its own. No turn to measure.
         return Turn(None, last, "early", f"speech played {-latency:.0f} ms before the oracle end (trailing noise)")
     return Turn(latency, last, "ok")
-
-
-def loudspeaker_mode(options: LoopOptions) -> LoopOptions:
-    """``options`` as `edge-rt run --loudspeaker` sets them when no other flag is given (cli/speech.py): the capture
-    front end (echo cancellation, the sink's playback as far end) and barge-in ``pause``."""
-    from edge_rt.audio.frontend import FrontEndOptions
-
-    return replace(options, frontend=FrontEndOptions(), barge_in="pause")
 
 
 def _loudspeaker_summary(pairs: dict[str, tuple[float | None, float | None]]) -> dict:

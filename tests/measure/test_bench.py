@@ -9,9 +9,10 @@ from edge_rt.audio.clock import CaptureClock
 from edge_rt.cli import build_parser
 from edge_rt.cli.common import _turn_options
 from edge_rt.loop.loop import LoopOptions
+from edge_rt.loop.options import loudspeaker_mode
 from edge_rt.loop.trace import UtteranceTrace
 from edge_rt.loop.turn_policy import TurnOptions
-from edge_rt.measure.bench import BenchOptions, PlayoutSink, bench, live_turn, loudspeaker_mode, oracle_end
+from edge_rt.measure.bench import BenchOptions, PlayoutSink, bench, live_turn, oracle_end
 from edge_rt.measure.paused import PauseOptions
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME
 
@@ -132,3 +133,4 @@ def test_loudspeaker_mode_is_run_s_loudspeaker_flags():
     assert loud.turn == _turn_options(build_parser().parse_args(["run", "--to", "pt", "--loudspeaker"]))
     assert headset.frontend is None and headset.turn == TurnOptions()  # the headset run's options untouched
     assert loudspeaker_mode(LoopOptions(target="pt", turn=None)).turn is None  # --no-turn-policy stays plain
+    assert loudspeaker_mode(headset, "duck").barge_in == "duck"  # `run --loudspeaker --barge-in duck`
