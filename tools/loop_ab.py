@@ -12,7 +12,9 @@ audio decoded after its last speech frame) or
 ``repeat_words`` (LoopOptions: ``off`` or the words of a run written twice in a row that is said once) or
 ``lend_within_s`` (ContextOptions: ``off`` or the seconds within which a dropped utterance is lent to the next)
 or ``loudspeaker`` (``off``, ``frontend``, ``frontend+64``, ``on``: `run --loudspeaker` in parts; ``on+MS``: all of
-it with ``complete_after_ms`` MS). More than two
+it with ``complete_after_ms`` MS; each with ``-tone``: no ready tone, ``-echo``: no echo path; a run with the front
+end hears its own playback 6 dB down and 40 ms late, as in `bench --loudspeaker`; ``on@POLICY``: barge-in POLICY
+instead of pause). More than two
 values are run in turn, each first on one clip in N; the ratios are against the first.
 Prints per clip and setting the turn latency, whether a translation started before the speaker's final
 end (talk-over), both settings' captions where they differ, then for each setting and set: turn latency P50/P95, the talk-over rate, the English
@@ -21,7 +23,8 @@ and their paused versions with two settings).
 
     python tools/loop_ab.py [--vary complete_after_ms=64,256 | beam_size=1,5 | redecode=off,-0.5 | preroll_ms=192,320 | postroll_ms=0,64
                              | noisy_preroll=off,20 | repeat_words=off,3 | lend_within_s=off,2
-                             | loudspeaker=off,frontend,frontend+64,on | loudspeaker=on+64,on] [--limit N]
+                             | loudspeaker=off,frontend,frontend+64,on | loudspeaker=on+64,on | loudspeaker=off,on-tone,on]
+                            [--limit N]
                             [--no-paused]
 """
 
@@ -36,10 +39,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from edge_rt.audio.echo_path import EchoPath  # noqa: E402
 from edge_rt.audio.files import read_audio  # noqa: E402
 from edge_rt.loop.context import ContextOptions  # noqa: E402
 from edge_rt.loop.endpoint import EndpointOptions  # noqa: E402
 from edge_rt.loop.options import RedecodeOptions, loudspeaker_mode  # noqa: E402
+from edge_rt.loop.output import BARGE_IN  # noqa: E402
 from edge_rt.loop.preroll import NoisyPrerollOptions  # noqa: E402
 from edge_rt.loop.turn_policy import TurnOptions  # noqa: E402
 from edge_rt.measure import bench  # noqa: E402
@@ -77,11 +82,17 @@ def _loudspeaker(v: str) -> dict:
     parts = {"off": {}, "frontend": {"frontend": FrontEndOptions()},
              "frontend+64": {"frontend": FrontEndOptions(), "turn": dataclasses.replace(TurnOptions(), complete_after_ms=64)},
              "on": {"loudspeaker": True}}
-    if v.startswith("on+") and v[3:].isdigit():  # all of it, with another complete_after_ms
-        return {"loudspeaker": True, "turn": dataclasses.replace(TurnOptions(), complete_after_ms=int(v[3:]))}
-    if v not in parts:
-        raise SystemExit(f"--vary loudspeaker takes {', '.join(parts)} or on+MS; got {v!r}")
-    return parts[v]
+    v, _, barge_in = v.partition("@")  # on@duck: barge-in duck instead of loudspeaker mode's pause
+    base, *without = v.split("-")  # on-tone: no ready tone; on-echo: no echo path; on-tone-echo: neither
+    if base.startswith("on+") and base[3:].isdigit():  # all of it, with another complete_after_ms
+        out = {"loudspeaker": True, "turn": dataclasses.replace(TurnOptions(), complete_after_ms=int(base[3:]))}
+    elif base in parts and set(without) <= {"tone", "echo"}:
+        out = dict(parts[base])
+    else:
+        raise SystemExit(f"--vary loudspeaker takes {', '.join(parts)} or on+MS, each with -tone and/or -echo; got {v!r}")
+    if barge_in and (barge_in not in BARGE_IN or not out.get("loudspeaker")):
+        raise SystemExit(f"--vary loudspeaker: @POLICY goes with on (on@duck), POLICY one of {', '.join(BARGE_IN)}; got {v!r}")
+    return {**out, "_tone": "tone" not in without, "_echo": "echo" not in without, **({"barge_in": barge_in} if barge_in else {})}
 
 
 def main(argv=None) -> int:
@@ -116,12 +127,19 @@ def main(argv=None) -> int:
             for name in order:
                 loop_opts = options.loop_options(options.target_for(clip["lang"]))
                 extra = dict(setting[name])
+                tone, echo = extra.pop("_tone", True), extra.pop("_echo", True)
                 if extra.pop("loudspeaker", False):
                     loop_opts = loudspeaker_mode(loop_opts)
                 loop_opts = dataclasses.replace(loop_opts, **extra)
-                run = bench.run_clip(stages, a, loop_opts, options.tail_s)
-                t = bench.live_turn(run.traces, run.clock, end)
-                taking = turn_taking(run.traces, run.clock, end, run.last_played_ns, pauses)
+                if loop_opts.frontend is not None and not tone:
+                    loop_opts = dataclasses.replace(loop_opts, frontend=dataclasses.replace(loop_opts.frontend,
+                                                                                            ready_tone_ms=0))
+                # loudspeaker runs hear their playback as `bench --loudspeaker` does (6 dB down, 40 ms late)
+                run = bench.run_clip(stages, a, loop_opts, options.tail_s,
+                                     EchoPath() if loop_opts.frontend is not None and echo else None)
+                shift = [(x + run.lead, y + run.lead) for x, y in pauses]  # the clip's samples -> capture indices
+                t = bench.live_turn(run.traces, run.clock, end + run.lead)
+                taking = turn_taking(run.traces, run.clock, end + run.lead, run.last_played_ns, shift)
                 result[name] = (t.latency_ms, taking.talk_over, run.captions.final_text())
             rows[kind].append((clip, result))
             print(f"{clip['id']} ({kind}) " + "  ".join(

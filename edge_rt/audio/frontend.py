@@ -89,6 +89,16 @@ class FrontEndOptions:
     # (FrontEnd.reconverge, called by the loop).
     converging_s: float = 1.5
     converging_open_hops: int = 7
+    # The ready tone (audio/tone.py), played once when the loop starts with a sink that records what it plays:
+    # a 200-6000 Hz sweep this long, at this level (dBFS RMS; Piper's speech is about as loud). 0: none. Until
+    # AEC3 has heard its loudspeaker in the microphone it takes a talker down under the first far end as if it
+    # were double talk; after the sweep it does not. Offline (tools/ready_tone.py: en_jfk talking, a 2-s reply
+    # starting 3 s in, a generated room echo path, 6 dB down, 40 ms + a 15 ms decaying tail), the talker under
+    # our first reply comes out 25.1 dB down with no tone (31.0 in the reply's first 0.75 s), 6.7 / 3.3 / 3.3 dB
+    # with 300 / 500 / 1000 ms (4.5 / 0.8 / 0.9): 500 ms is the shortest at the floor. Chosen on that generated
+    # mix, not on the bench's clips or the live test's. The loop plays it once, at start.
+    ready_tone_ms: int = 500
+    ready_tone_db: float = -20.0
 
     def __post_init__(self):
         if not 0 <= self.ns_level <= 3:
@@ -102,6 +112,9 @@ class FrontEndOptions:
         if not 0.0 <= self.converging_s <= 30.0 or not 0 <= self.converging_open_hops <= 64:
             raise ValueError(f"converging_s must be 0..30 s and converging_open_hops 0..64, got "
                              f"{self.converging_s} and {self.converging_open_hops}")
+        if not 0 <= self.ready_tone_ms <= 5000 or not -60.0 <= self.ready_tone_db <= -3.0:
+            raise ValueError(f"ready_tone_ms must be 0..5000 and ready_tone_db -60..-3 dBFS, got "
+                             f"{self.ready_tone_ms} and {self.ready_tone_db}")
 
 
 _SILENT_MS = 1e-8  # a far-end hop's mean square below this (-80 dBFS) is silence: nothing of ours played
@@ -203,6 +216,11 @@ class FrontEnd:
         """
         self._played_hops = 0
         self._not_echo_run = 0
+
+    @property
+    def cancels_echo(self) -> bool:
+        """Echo cancellation runs with the sink's playback as far end (so a ready tone can train it)."""
+        return self._far is not None
 
     @classmethod
     def for_loop(cls, options: FrontEndOptions, clock: CaptureClock, sink) -> "FrontEnd":

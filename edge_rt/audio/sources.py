@@ -81,6 +81,9 @@ class PacedSource:
         self._stop = threading.Event()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        # A loudspeaker the microphone hears (audio/echo_path.py: `bench --loudspeaker`), None: none. Its echo
+        # is added to each block when the block is due, once the sink has played what it echoes.
+        self.echo = None
 
     def _block(self, k: int) -> np.ndarray | None:
         raise NotImplementedError
@@ -113,6 +116,8 @@ class PacedSource:
             delay = (due - time.monotonic_ns()) / 1e9
             if delay > 0:
                 time.sleep(delay)
+            if self.echo is not None:
+                block = self.echo.add(block, due - period_ns)
             index = self.ring.written
             self.ring.write(block)
             self.clock.anchor(index + len(block) - 1, due)  # its last sample was captured at `due`

@@ -110,7 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="audio library (default sounddevice)")
     r.add_argument("--hangover-ms", type=int, default=288, help="silence that ends an utterance (default 288)")
     r.add_argument("--loudspeaker", action="store_true",
-                   help="the speaker is beside the microphone: cancel the echo of what is played before the VAD")
+                   help="the speaker is beside the microphone: cancel the echo of what is played before the VAD "
+                        "(a 0.5-s ready tone at start lets the echo canceller learn the loudspeaker first)")
+    r.add_argument("--no-ready-tone", action="store_true",
+                   help="with --loudspeaker: play no ready tone at start (the first reply may then take the voice "
+                        "of someone talking over it ~20 dB down)")
     r.add_argument("--barge-in", choices=("duck", "pause", "stop", "continue"), default=None,
                    help="someone talks over the translation: duck it, pause it until they stop, stop it, or continue "
                         "(default: pause with --loudspeaker, continue without)")
@@ -154,7 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_paused_args(b, "also run the paused-speech set")
     b.add_argument("--loudspeaker", action="store_true",
                    help="also each clip in loudspeaker mode (`run --loudspeaker`: echo canceller, barge-in pause) "
-                        "right after it: the mode's cost in turn latency as paired ratios")
+                        "right after it, its playback heard again 6 dB down and 40 ms late: the mode's cost in "
+                        "turn latency as paired ratios, its talk-over and live WER")
+    b.add_argument("--no-echo", action="store_true",
+                   help="with --loudspeaker: feed no echo of the playback back into the capture")
     b.add_argument("--check", default=None, metavar="FILE",
                    help="perf-regression check: run FILE's clips, fail if a stage's time in units of a speed "
                         "probe grew beyond FILE's tolerance, the loop is not faster than serial, or a clip failed")

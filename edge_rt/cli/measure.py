@@ -47,6 +47,7 @@ def _speculation(args: argparse.Namespace) -> dict:
 def _cmd_bench(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from edge_rt.audio.echo_path import EchoPath
     from edge_rt.measure.bench import BenchOptions, bench
 
     if args.soak is not None:
@@ -79,6 +80,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                         speech_dir=Path(args.speech_dir) if args.speech_dir else None, paused=paused_options(args),
                         memory=args.memory, beam_size=args.beam, redecode=args.redecode, split=args.split,
                         noisy_preroll=args.noisy_preroll, loudspeaker=args.loudspeaker,
+                        loudspeaker_echo=None if args.no_echo else EchoPath(),
                         turn=_turn_options(args))
     result = bench(opts, log=log)
     if args.record_check:
@@ -126,7 +128,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             s = r["loudspeaker"]
             console.print(f"loudspeaker mode: turn P50 {s['turn_latency_ms']['p50'] or 0:.0f} ms; against the headset run "
                           f"of the same clips, P50 x{s['p50_ratio'] or 0:.3f}, median of the per-clip ratios "
-                          f"x{s['per_clip_median_ratio'] or 0:.3f} ({s['clips_paired']} clips)", highlight=False)
+                          f"x{s['per_clip_median_ratio'] or 0:.3f} ({s['clips_paired']} clips); talk-over "
+                          f"{_pct(s['talk_over_rate'])}, live English WER {s['live_wer_en']} % "
+                          f"({'echo ' + str(s['echo']) if s['echo'] else 'no echo'})", highlight=False)
     return 0 if ok else 1
 
 

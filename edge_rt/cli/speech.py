@@ -111,7 +111,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                           beam_size=args.beam, redecode=args.redecode, split=args.split,
                           noisy_preroll=args.noisy_preroll)
     if args.loudspeaker:
-        options = loudspeaker_mode(options, args.barge_in)
+        options = loudspeaker_mode(options, args.barge_in, ready_tone=not args.no_ready_tone)
     recording = None
     if args.record:  # field test: session folder + flight recorder (edge_rt/ops/session.py)
         from edge_rt.ops.flight import FlightOptions

@@ -31,6 +31,7 @@ import numpy as np
 from edge_rt.audio.frontend import FrontEnd
 from edge_rt.audio.sinks import Sink
 from edge_rt.audio.sources import Source
+from edge_rt.audio.tone import ready_tone
 from edge_rt.errors import EdgeRtError, UnsupportedLanguageError
 from edge_rt.loop.endpoint import Endpointer, Event
 from edge_rt.loop.history import History
@@ -109,6 +110,9 @@ class Loop:
         # Echo cancellation before the VAD (audio/frontend.py): the VAD, the history (ASR) and observers
         # get the cleaned hop.
         self._frontend = FrontEnd.for_loop(options.frontend, source.clock, sink) if options.frontend else None
+        # Played once at start so AEC3 learns the loudspeaker's echo path before anyone talks (audio/tone.py).
+        self._ready_tone = (ready_tone(sink.rate, options.frontend.ready_tone_ms, options.frontend.ready_tone_db)
+                            if self._frontend is not None and self._frontend.cancels_echo else None)
         self._barged = False  # someone talks over the speech: ducked until their utterance ends
         self._clauses: Iterator | None = None  # the rest of the current translation's clauses
         self._clause_open = False  # the last chunk queued was not its clause's last (a streamed sentence)
@@ -167,6 +171,8 @@ class Loop:
         if reset is not None:
             reset()  # a new stream: the VAD's recurrent state from an earlier run would shift every start
         self.sink.start()
+        if self._ready_tone is not None and len(self._ready_tone):
+            self.sink.write(self._ready_tone)
         failed = True
         try:
             src.start()

@@ -187,7 +187,9 @@ class LoopOptions:
                              f"hangover ({self.endpoint.hangover_ms} ms)")
 
 
-def loudspeaker_mode(options: LoopOptions, barge_in: str | None = None) -> LoopOptions:
+def loudspeaker_mode(options: LoopOptions, barge_in: str | None = None, ready_tone: bool = True) -> LoopOptions:
     """``options`` in loudspeaker mode (`edge-rt run --loudspeaker`; `edge-rt bench --loudspeaker` measures it): the
-    capture front end (echo cancellation, the sink's playback as far end) and barge-in ``barge_in`` (None: pause)."""
-    return replace(options, frontend=FrontEndOptions(), barge_in=barge_in or "pause")
+    capture front end (echo cancellation, the sink's playback as far end, the ready tone at start unless
+    ``ready_tone`` is False) and barge-in ``barge_in`` (None: pause)."""
+    frontend = FrontEndOptions() if ready_tone else FrontEndOptions(ready_tone_ms=0)
+    return replace(options, frontend=frontend, barge_in=barge_in or "pause")

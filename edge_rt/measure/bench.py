@@ -40,7 +40,8 @@ import numpy as np
 import soundfile as sf
 
 from edge_rt.audio.files import read_audio
-from edge_rt.audio.sinks import PacedFileSink
+from edge_rt.audio.echo_path import EchoPath, LoopBack
+from edge_rt.audio.sinks import PacedFileSink, PlaybackTap
 from edge_rt.audio.sources import PacedFileSource
 from edge_rt.loop.loop import Loop, LoopOptions
 from edge_rt.loop.options import RedecodeOptions, SplitOptions, loudspeaker_mode
@@ -100,9 +101,12 @@ class BenchOptions:
     noisy_preroll: NoisyPrerollOptions | None = field(default_factory=NoisyPrerollOptions)
     # Also each clip in loudspeaker mode (loop.options.loudspeaker_mode: `edge-rt run --loudspeaker`'s capture front
     # end and barge-in), run right after the same clip without it, so the two see the same load: what the
-    # mode costs in turn latency as paired ratios (the target is 10 %, README). A file run feeds no echo back, so this
-    # measures what the front end and barge-in cost, not echo handling (tests/loop/test_loudspeaker_jack.py does that).
+    # mode costs in turn latency as paired ratios (the target is 10 %, README), talk-over and live WER.
     loudspeaker: bool = False
+    # The loudspeaker runs' echo path (audio/echo_path.py): the sink's playback fed back into the capture, 6 dB down
+    # and 40 ms late, as in the live test (tests/loop/test_loudspeaker_jack.py). None: no echo (before 2026-12-06:
+    # then AEC3 never hears its loudspeaker and the ready tone cannot train it).
+    loudspeaker_echo: EchoPath | None = field(default_factory=EchoPath)
 
     def loop_options(self, target: str) -> LoopOptions:
         return LoopOptions(target=target, partials=self.partials, speculate_after_ms=self.speculate_after_ms,
@@ -196,16 +200,32 @@ def load_bench_stages(options: BenchOptions) -> tuple[BuiltPack, Stages]:
 
 
 class PlayoutSink(PacedFileSink):
-    """A paced sink that also notes when the last translated sample was played (for the finish lag)."""
+    """A paced sink that also notes when the last translated sample was played (for the finish lag).
+
+    Samples written before the first utterance's mark (the ready tone) are not translated speech. With
+    ``echo_tap`` it also records what it plays in a second tap, for an echo path (audio/echo_path.py).
+    """
 
     last_played_ns: int | None = None
+
+    def __init__(self, rate: int, block: int | None = None, echo_tap: bool = False):
+        super().__init__(rate, block)
+        self.echo_tap = PlaybackTap(rate) if echo_tap else None
+        self._speech_from: int | None = None  # ring index of the first translated sample
+
+    def mark(self, on_first_output) -> None:
+        if self._speech_from is None:
+            self._speech_from = self.ring.written
+        super().mark(on_first_output)
 
     def consume(self, out: np.ndarray, t_ns: int) -> None:
         before = self.ring.read_index
         super().consume(out, t_ns)
-        played = self.ring.read_index - before  # real samples; the rest of ``out`` is underrun silence
-        if played > 0:
-            self.last_played_ns = t_ns + (played - 1) * 1_000_000_000 // self.rate
+        if self.echo_tap is not None:
+            self.echo_tap.record(out, t_ns)
+        after = self.ring.read_index  # out[: after - before] are real samples, the rest underrun silence
+        if self._speech_from is not None and after > max(before, self._speech_from):  # translated speech
+            self.last_played_ns = t_ns + (after - before - 1) * 1_000_000_000 // self.rate
 
 
 @dataclass
@@ -219,17 +239,28 @@ class LiveRun:
     phrases: dict | None = None  # the loop's phrase cache: lookups, hits, saved time (CacheStats.as_dict())
     partials_stopped: int = 0  # Loop.partials_stopped
     redecoded: int = 0  # Loop.redecoded
+    lead: int = 0  # samples of silence the clip was captured after: its sample i is capture index lead + i
 
 
-def run_clip(stages: Stages, audio: np.ndarray, options: LoopOptions, tail_s: float) -> LiveRun:
-    source = PacedFileSource(audio, tail_s=tail_s)
-    sink = PlayoutSink(stages.tts.sample_rate(options.target))
+# In loudspeaker mode a clip starts this long after the loop (its ready tone, 0.5 s, then quiet): a kiosk's service
+# has started before anyone talks to it.
+LOUDSPEAKER_LEAD_S = 1.0
+
+
+def run_clip(stages: Stages, audio: np.ndarray, options: LoopOptions, tail_s: float,
+             echo: EchoPath | None = None) -> LiveRun:
+    """One clip through the live loop at real-time pace; ``echo``: the sink's playback heard by the capture."""
+    lead_s = LOUDSPEAKER_LEAD_S if options.frontend is not None else 0.0
+    source = PacedFileSource(audio, tail_s=tail_s, lead_s=lead_s)
+    sink = PlayoutSink(stages.tts.sample_rate(options.target), echo_tap=echo is not None)
+    if echo is not None:
+        source.echo = LoopBack(sink.echo_tap, echo)
     captions = CaptionLog()
     loop = Loop(stages, source, sink, options, on_caption=captions)
     traces = loop.run()
     return LiveRun(list(traces), source.clock, captions, sink.last_played_ns,
                    loop.phrases.stats.as_dict() if loop.phrases is not None else None, loop.partials_stopped,
-                   loop.redecoded)
+                   loop.redecoded, int(lead_s * SAMPLE_RATE))
 
 
 @dataclass(frozen=True)
@@ -263,16 +294,23 @@ def live_turn(traces: list[UtteranceTrace], clock, end: int) -> Turn:
     return Turn(latency, last, "ok")
 
 
-def _loudspeaker_summary(pairs: dict[str, tuple[float | None, float | None]]) -> dict:
-    """Per clip (headset, loudspeaker) turn latency -> the loudspeaker run's percentiles and the paired ratios."""
-    both = [(h, s) for h, s in pairs.values() if h and s]
+def _loudspeaker_summary(clips: dict[str, dict], echo: EchoPath | None) -> dict:
+    """Per clip, the headset and loudspeaker runs -> the loudspeaker run's percentiles, the paired ratios, and
+    its talk-over and live captions' error rates (turn_taking_summary)."""
+    both = [(c["headset_ms"], c["loudspeaker_ms"]) for c in clips.values() if c["headset_ms"] and c["loudspeaker_ms"]]
+    taking = turn_taking_summary(list(clips.values()))
     return {
-        "turn_latency_ms": percentiles(s for _, s in pairs.values()),
+        "echo": asdict(echo) if echo is not None else None,
+        "turn_latency_ms": percentiles(c["loudspeaker_ms"] for c in clips.values()),
         # both over the clips measured in both runs: the P50s' ratio and the median of the per-clip ratios
         "p50_ratio": _ratio(float(np.median([s for _, s in both])), float(np.median([h for h, _ in both]))) if both else None,
         "per_clip_median_ratio": round(float(np.median([s / h for h, s in both])), 3) if both else None,
         "clips_paired": len(both),
-        "clips": {k: {"headset_ms": h, "loudspeaker_ms": s} for k, (h, s) in pairs.items()},
+        "talk_over_rate": taking["talk_over_rate"],
+        "live_wer_en": taking["live_wer_en"],
+        "live_wer": taking["live_wer"],
+        "clips": {k: {"headset_ms": c["headset_ms"], "loudspeaker_ms": c["loudspeaker_ms"], "live_text": c["live_text"],
+                      "talk_over": bool(c["turn_taking"]["talk_over"])} for k, c in clips.items()},
     }
 
 
@@ -354,7 +392,7 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
     wall0 = time.perf_counter()
     results: list[ClipResult] = []
     inputs = []
-    loud: dict[str, tuple[float | None, float | None]] = {}
+    loud: dict[str, dict] = {}
     for c in clips:
         res, inp = _measure_clip(stages, peer, c, options)
         results.append(res)
@@ -362,8 +400,12 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
         log(res)
         if options.loudspeaker and options.live:
             audio, end, loop_opts = inp
-            run = run_clip(stages, audio, loudspeaker_mode(loop_opts), options.tail_s)
-            loud[c["id"]] = (res.turn_latency_ms, live_turn(run.traces, run.clock, end).latency_ms)
+            run = run_clip(stages, audio, loudspeaker_mode(loop_opts), options.tail_s, options.loudspeaker_echo)
+            taking = turn_taking(run.traces, run.clock, end + run.lead, run.last_played_ns)
+            loud[c["id"]] = {"headset_ms": res.turn_latency_ms,
+                             "loudspeaker_ms": live_turn(run.traces, run.clock, end + run.lead).latency_ms,
+                             "id": c["id"], "lang": c["lang"], "reference": c.get("text", ""),
+                             "live_text": run.captions.final_text(), "turn_taking": taking.as_dict()}
     wall = time.perf_counter() - wall0
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
@@ -446,6 +488,6 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
             f"faster-whisper int8 (vad_filter, greedy, language given) + the same MT + piper-tts / espeak-ng "
             f"first sentence, after faster-whisper's {peer.wait_ms:.0f} ms end-of-speech silence"),
         "paused": paused,
-        "loudspeaker": _loudspeaker_summary(loud) if loud else None,  # None without --loudspeaker
+        "loudspeaker": _loudspeaker_summary(loud, options.loudspeaker_echo) if loud else None,  # None without --loudspeaker
         "clips": clip_dicts,
     }

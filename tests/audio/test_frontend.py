@@ -269,3 +269,38 @@ def test_reconverge_holds_openings_again_after_the_first_wait_is_over(speech_dir
     assert passed and [flags[True][i][0] for i in passed] == [False] * len(passed), flags  # the same hops pass
     assert not any(flags[False][i][1] for i in passed), flags  # past the first wait: they could open an utterance
     assert all(flags[True][i][1] for i in passed), flags  # after reconverge() they cannot
+
+
+def test_the_ready_tone_lets_a_talker_through_under_our_first_reply(speech_dir):
+    """A kiosk: everything played is heard 6 dB down and 40 ms late. en_jfk talks; 3 s in, our first reply (2 s
+    of en_fleurs_1938) starts over them. With no ready tone at start AEC3, which has never heard its loudspeaker,
+    takes the talker down under it as double talk (-18 to -28 dB in its first 0.75 s, then it lets go); after the
+    0.5-s tone (played 1 s before anyone talks, as the loop does) the talker comes through: the cleaned audio
+    under the reply follows them."""
+    from edge_rt.audio.tone import ready_tone
+
+    talker = read_audio(speech_dir / "en_jfk.wav")[: 6 * SAMPLE_RATE]
+    reply = read_audio(speech_dir / "en_fleurs_1938.wav")[: 2 * SAMPLE_RATE]
+    reply = reply * (10 ** (-18 / 20) / np.sqrt(np.mean(reply**2)))
+    options = FrontEndOptions()
+    under = {}
+    for tone_ms in (options.ready_tone_ms, 0):
+        tone = ready_tone(SAMPLE_RATE, tone_ms, options.ready_tone_db)
+        t0 = len(tone) + SAMPLE_RATE  # the talker starts
+        r0 = t0 + 3 * SAMPLE_RATE  # our reply starts
+        far = np.zeros(t0 + len(talker) + SAMPLE_RATE, np.float32)
+        far[: len(tone)] = tone
+        far[r0 : r0 + len(reply)] = reply
+        sink = RingSink(SAMPLE_RATE, capacity=1 << 20)
+        assert sink.write(far) == len(far)
+        d = int(0.040 * SAMPLE_RATE)
+        near = np.zeros(len(far), np.float32)
+        near[d:] += 0.5 * far[:-d]
+        near[t0 : t0 + len(talker)] += talker
+        out, _ = _run_with_sink(near, sink, options)
+        lag = DELAY + AEC3_LAG
+        seg = slice(r0 + d, r0 + 3 * SAMPLE_RATE // 4)  # the reply's first 0.75 s, where jfk talks on under it
+        under[tone_ms] = (float(np.corrcoef(out[seg.start + lag : seg.stop + lag], talker[seg.start - t0 : seg.stop - t0])[0, 1]),
+                          _db(out[seg.start + lag : seg.stop + lag]) - _db(talker[seg.start - t0 : seg.stop - t0]))
+    assert under[options.ready_tone_ms][0] > 0.9 and under[options.ready_tone_ms][1] > -3, under
+    assert under[0][1] < -10, under  # without the tone it is lost (the test is not vacuous)

@@ -415,3 +415,35 @@ def test_a_talker_in_babble_is_said_though_the_room_after_him_tips_the_whole_to_
         pytest.skip(f"on this build ({integer_products()} integer products) Whisper hears the whole utterance "
                     f"({said[False]!r}): keep_heard has nothing to do here (its case was shown by VNNI builds with int8 "
                     f"decoder weights, before 2026-12-05)")
+
+
+def test_loudspeaker_mode_starts_with_the_ready_tone_and_never_opens_on_its_echo(stages):
+    """Loudspeaker mode plays the ready tone (audio/tone.py) before anything else, so AEC3 learns the echo path
+    before anyone talks; a headset plays nothing. With its own playback fed back into the capture (6 dB down,
+    40 ms late: bench's echo path) and nobody talking, the tone's echo opens no utterance."""
+    from edge_rt.audio.echo_path import EchoPath
+    from edge_rt.audio.sinks import PacedFileSink
+    from edge_rt.audio.sources import PacedFileSource
+    from edge_rt.audio.tone import ready_tone
+    from edge_rt.loop.options import loudspeaker_mode
+    from edge_rt.measure.bench import run_clip
+
+    pytest.importorskip("pywebrtc_audio", reason="pip install pywebrtc-audio==0.2.0 (a dependency of edge-rt)")
+    headset = LoopOptions(target="pt", turn=TurnOptions())
+    loud = loudspeaker_mode(headset)
+    rate = stages.tts.sample_rate("pt")
+    played = {}
+    for name, options in (("headset", headset), ("loudspeaker", loud)):
+        sink = PacedFileSink(rate)
+        Loop(stages, PacedFileSource(np.zeros(8000, np.float32), tail_s=0.5), sink, options).run()
+        played[name] = sink.audio()
+    assert not played["headset"].any()
+    tone = ready_tone(rate, loud.frontend.ready_tone_ms, loud.frontend.ready_tone_db)
+    start = int(np.flatnonzero(played["loudspeaker"])[0] - np.flatnonzero(tone)[0])  # the tone starts at 0.0
+    np.testing.assert_array_equal(played["loudspeaker"][start : start + len(tone)], tone)
+    assert not played["loudspeaker"][start + len(tone) :].any()  # and nothing else
+    run = run_clip(stages, np.zeros(SILENCE_S * 16000, np.float32), loud, 0.5, EchoPath())
+    assert run.lead > len(tone) * 16000 // rate and run.traces == [], [(t.start_sample, t.text) for t in run.traces]
+
+
+SILENCE_S = 2

@@ -83,6 +83,7 @@ def test_oracle_end_is_one_past_the_last_speech_region():
 def test_the_playout_sink_notes_when_the_last_translated_sample_was_played():
     sink = PlayoutSink(16_000, block=320)
     assert sink.last_played_ns is None
+    sink.mark(lambda t_ns: None)  # the loop marks each utterance's first sample
     sink.write(np.ones(100, np.float32))
     out = np.empty(320, np.float32)
     sink.consume(out, t_ns=1_000_000_000)  # 100 real samples, then underrun silence
@@ -123,6 +124,26 @@ def test_bench_reports_turn_taking_on_real_clips_and_the_paused_set(tiny_pack):
     if c["turn_latency_ms"] and s["clips"][clip]["loudspeaker_ms"]:
         assert s["clips_paired"] == 1 and s["per_clip_median_ratio"] == pytest.approx(
             s["clips"][clip]["loudspeaker_ms"] / c["turn_latency_ms"], abs=1e-3) == pytest.approx(s["p50_ratio"], abs=1e-3)
+    # it heard its own playback (the live test's path, 6 dB down, 40 ms late) and still translated the speaker only:
+    # the same words as the headset run, give or take one
+    assert s["echo"] == {"gain_db": -6.0, "delay_ms": 40}
+    assert s["live_wer"]["en"]["clips"] == 1 and s["live_wer_en"] <= r["live_wer_en"] + 100 / 8 + 1e-6, s["clips"]
+    assert s["talk_over_rate"] in (0.0, 1.0) and isinstance(s["clips"][clip]["talk_over"], bool)
+
+
+def test_the_ready_tone_is_not_counted_as_translated_speech():
+    """PlayoutSink's finish lag is about translated speech: samples written before the first utterance's mark
+    (the loudspeaker ready tone) do not set when the last translated sample played."""
+    sink = PlayoutSink(16_000, block=320)
+    sink.write(np.ones(800, np.float32))  # the tone: 2.5 blocks
+    buf = np.empty(320, np.float32)
+    for k in range(4):
+        sink.consume(buf, k * 20_000_000)
+    assert sink.last_played_ns is None
+    sink.mark(lambda t: None)
+    sink.write(np.ones(100, np.float32))
+    sink.consume(buf, 4 * 20_000_000)
+    assert sink.last_played_ns == 4 * 20_000_000 + 99 * 62_500  # its 100th sample, 1/16000 s apart
 
 
 def test_loudspeaker_mode_is_run_s_loudspeaker_flags():
@@ -134,3 +155,5 @@ def test_loudspeaker_mode_is_run_s_loudspeaker_flags():
     assert headset.frontend is None and headset.turn == TurnOptions()  # the headset run's options untouched
     assert loudspeaker_mode(LoopOptions(target="pt", turn=None)).turn is None  # --no-turn-policy stays plain
     assert loudspeaker_mode(headset, "duck").barge_in == "duck"  # `run --loudspeaker --barge-in duck`
+    assert loud.frontend.ready_tone_ms > 0 and loudspeaker_mode(headset, ready_tone=False).frontend.ready_tone_ms == 0
+    assert build_parser().parse_args(["run", "--to", "pt", "--loudspeaker", "--no-ready-tone"]).no_ready_tone
