@@ -5,9 +5,10 @@ A kiosk: everything played is heard again through an echo path; en_jfk talks, an
 (2 s of en_fleurs_1938 at -18 dBFS) starts over them. Before that, at start, the ready tone (audio/tone.py)
 plays for each length asked. Prints how far under its own level the talker comes out of the front end while
 the reply plays (its first 0.75 s and all of it). Echo paths: ``flat`` (6 dB down, 40 ms late: the live
-test's) and ``room`` (the same plus a 15-ms decaying tail of seeded noise, a generated room).
+test's), ``room`` (the same plus a 15-ms decaying tail of seeded noise, a generated room) and ``none`` (the
+microphone never hears the loudspeaker: a file run without an echo path).
 
-    python tools/ready_tone.py [--tone-ms 0,300,500,1000] [--path room|flat]
+    python tools/ready_tone.py [--tone-ms 0,300,500,1000] [--path room|flat|none]
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def _db(x: np.ndarray) -> float:
 def echo_path(kind: str) -> np.ndarray:
     d = int(0.040 * SAMPLE_RATE)
     h = np.zeros(d + int(0.09 * SAMPLE_RATE), np.float32)
-    h[d] = 0.5
+    h[d] = 0.0 if kind == "none" else 0.5
     if kind == "room":
         n = int(0.08 * SAMPLE_RATE)
         h[d + 1 : d + 1 + n] += (np.random.default_rng(5).normal(size=n) * np.exp(-np.arange(n) / (0.015 * SAMPLE_RATE))
@@ -83,7 +84,7 @@ def under_reply(tone_ms: int, path: np.ndarray, speech_dir: Path, options: Front
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tone-ms", default="0,300,500,1000")
-    ap.add_argument("--path", choices=("flat", "room"), default="room")
+    ap.add_argument("--path", choices=("flat", "room", "none"), default="room")
     args = ap.parse_args(argv)
     speech_dir = default_speech_dir()
     path = echo_path(args.path)
