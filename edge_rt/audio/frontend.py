@@ -10,8 +10,9 @@ front end keeps the remainder (< 160 samples) for the next hop and hands out pro
 delay of :data:`DELAY` samples (10 ms), so every hop gets exactly as many processed samples as it brought.
 The loop keeps the hop's sample indices: the cleaned audio is 10 ms later than its index says, 18 ms with
 echo cancellation on (AEC3 itself delays the capture by :data:`AEC3_LAG`: measured, tests/audio), inside
-the VAD's 32 ms frame; the VAD, the endpointer and the ASR slices all read the same cleaned history, so
-only the end-to-end latency measured from the end of speech grows by those 10-18 ms.
+the VAD's 32 ms frame (:attr:`FrontEnd.lag`). The VAD and the endpointer read the cleaned history as it is;
+every decode slices it ``lag`` samples on (``Loop._heard``), so Whisper hears what it heard without the
+front end, up to the word's last 10-18 ms that the VAD's last speech frame no longer covers.
 
 Echo gate: where AEC3 leaves a residual of our own speech, the endpointer must not open on it. While the
 tap shows our speech (or did within ``echo_gate_hold_ms``), a hop whose cleaned energy is below the far
@@ -216,6 +217,11 @@ class FrontEnd:
         """
         self._played_hops = 0
         self._not_echo_run = 0
+
+    @property
+    def lag(self) -> int:
+        """Samples the cleaned audio lies behind its capture index: what was heard at index i is at i + lag."""
+        return DELAY + (AEC3_LAG if self.options.echo_cancellation else 0)
 
     @property
     def cancels_echo(self) -> bool:

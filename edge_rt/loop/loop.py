@@ -110,6 +110,12 @@ class Loop:
         # Echo cancellation before the VAD (audio/frontend.py): the VAD, the history (ASR) and observers
         # get the cleaned hop.
         self._frontend = FrontEnd.for_loop(options.frontend, source.clock, sink) if options.frontend else None
+        # The front end hands back each hop's audio `lag` samples late, and the VAD finds an utterance's end on that
+        # late audio: its last speech frame is the same frame as without the front end, and slicing up to it cut the
+        # last `lag` samples of the word's end (10-18 ms). Whisper then wrote no final period and the turn policy
+        # waited to max_pause (en_fleurs_luna 388 -> 1068 ms, with WebRTC passing the audio through unchanged).
+        # Every decode slices [start + lag, end + lag): the audio it had without the front end.
+        self._lag = self._frontend.lag if self._frontend is not None else 0
         # Played once at start so AEC3 learns the loudspeaker's echo path before anyone talks (audio/tone.py).
         self._ready_tone = (ready_tone(sink.rate, options.frontend.ready_tone_ms, options.frontend.ready_tone_db)
                             if self._frontend is not None and self._frontend.cancels_echo else None)
@@ -387,7 +393,7 @@ class Loop:
         if self.options.overload.skip_optional(self._capture_lag_s()):
             self.overload.partials_skipped += 1  # overloaded: partials are the first thing to go
             return
-        heard = self.history.slice(utt.trace.start_sample, now)
+        heard = self._heard(utt.trace.start_sample, now)
         audio = self._level(heard)
         try:
             context = self._context.at(utt.trace.start_sample)
@@ -412,7 +418,11 @@ class Loop:
         none at a max-length split (the next utterance starts there), else as many as were captured, up to it."""
         if reason == "max_length":
             return 0
-        return max(0, min(self.options.endpoint.postroll_samples, self.history.end - end))
+        return max(0, min(self.options.endpoint.postroll_samples, self.history.end - self._lag - end))
+
+    def _heard(self, a: int, b: int) -> np.ndarray:
+        """The audio heard at capture samples [a, b) (the front end's lag undone; up to what is there now)."""
+        return self.history.slice(a + self._lag, b + self._lag)
 
     def _recognize(self, start: int, end: int, tail: int = 0) -> Hypothesis:
         """One Whisper pass + MT of capture samples [start, end + tail) (see :func:`recognize`; ``tail``: the
@@ -424,11 +434,11 @@ class Loop:
         if (known is not None and end - start >= o.joint_min_s * SAMPLE_RATE
                 and end - known.start_sample <= o.joint_max_s * SAMPLE_RATE
                 and route_task(asr_task(self.stages, self.options.target), known.lang) == "transcribe"):
-            joint = self._level(self.history.slice(known.start_sample, stop))
+            joint = self._level(self._heard(known.start_sample, stop))
         lent = None
         if context.lent is not None and end - context.lent <= o.joint_max_s * SAMPLE_RATE:
-            lent = self._level(self.history.slice(context.lent, stop))  # a dropped opening (ContextOptions.lend_within_s)
-        hyp = recognize(self.stages, self.options, self._level(self.history.slice(start, stop)), end,
+            lent = self._level(self._heard(context.lent, stop))  # a dropped opening (ContextOptions.lend_within_s)
+        hyp = recognize(self.stages, self.options, self._level(self._heard(start, stop)), end,
                         self.source.clock, context, self.phrases, joint, self._final_asr, self._redecode_asr, lent)
         self.redecoded += hyp.redecoded
         self.split += hyp.split
@@ -501,7 +511,7 @@ class Loop:
             self._transcribe_source(tr)
 
     def _transcribe_source(self, tr: UtteranceTrace) -> None:
-        audio = self._level(self.history.slice(tr.start_sample, tr.end_sample))
+        audio = self._level(self._heard(tr.start_sample, tr.end_sample))
         try:
             text = self.stages.asr.transcribe(
                 audio, **self._context.at(tr.start_sample).transcribe_kwargs(tr.lang)).text.strip()

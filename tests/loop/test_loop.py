@@ -447,3 +447,32 @@ def test_loudspeaker_mode_starts_with_the_ready_tone_and_never_opens_on_its_echo
 
 
 SILENCE_S = 2
+
+
+def test_with_the_front_end_decodes_hear_the_audio_of_their_capture_samples(stages, speech_dir):
+    """The front end hands each hop back 10 ms late (18 ms with AEC3), and the VAD ends an utterance on that late
+    audio at the same frame as without it: a decode sliced at its capture indices lost the word's last 10-18 ms
+    (Whisper wrote no final period; en_fleurs_luna's turn waited to max_pause, 388 -> 1068 ms). Loop._heard undoes
+    the lag: what it gives for capture samples [a, b) is what was captured there (WebRTC passing audio through:
+    exactly; with AEC3 and nothing played: the same speech, in step)."""
+    from edge_rt.audio.frontend import FrontEndOptions
+    from edge_rt.audio.sinks import RingSink
+
+    pytest.importorskip("pywebrtc_audio", reason="pip install pywebrtc-audio==0.2.0 (a dependency of edge-rt)")
+    audio = read_audio(speech_dir / "en_librispeech_1089-134686-0001.wav")
+    a, b = 16000, 40000
+    for fe, exact in ((FrontEndOptions(echo_cancellation=False, high_pass_filter=False), True), (FrontEndOptions(), False)):
+        # a sink nobody drains: its tap (AEC3's far end) records nothing, so nothing is played
+        loop = Loop(stages, FastFileSource(audio), RingSink(22050), LoopOptions(target="pt", frontend=fe))
+        loop.run()
+        heard = loop._heard(a, b)
+        assert len(heard) == b - a
+        if exact:
+            np.testing.assert_allclose(heard, audio[a:b], atol=2 / 32768)
+        else:
+            # in step: of the shifts around it, none follows the capture better (AEC3's filtering and the high-pass
+            # change the waveform: 0.76 at 0 on this clip, under 0.35 at every other multiple of 8 samples to +-48)
+            shifts = {d: float(np.corrcoef(loop._heard(a + d, b + d), audio[a:b])[0, 1]) for d in range(-48, 49, 8)}
+            assert shifts[0] > 0.6 and max(shifts, key=shifts.get) == 0, shifts
+        unaligned = loop.history.slice(a, b)  # what a decode got before: the same speech, lag samples late
+        assert float(np.corrcoef(unaligned, audio[a:b])[0, 1]) < 0.9
