@@ -13,8 +13,8 @@ audio decoded after its last speech frame) or
 ``lend_within_s`` (ContextOptions: ``off`` or the seconds within which a dropped utterance is lent to the next)
 or ``loudspeaker`` (``off``, ``frontend``, ``frontend+64``, ``on``: `run --loudspeaker` in parts; ``on+MS``: all of
 it with ``complete_after_ms`` MS; each with ``-tone``: no ready tone, ``-echo``: no echo path; a run with the front
-end hears its own playback 6 dB down and 40 ms late, as in `bench --loudspeaker`; ``on@POLICY``: barge-in POLICY
-instead of pause). More than two
+end hears its own playback 6 dB down and 40 ms late, as in `bench --loudspeaker`; ``-lag``: decodes do not undo
+the front end's 10-18 ms lag, as before 2026-12-06; ``on@POLICY``: barge-in POLICY instead of pause). More than two
 values are run in turn, each first on one clip in N; the ratios are against the first.
 Prints per clip and setting the turn latency, whether a translation started before the speaker's final
 end (talk-over), both settings' captions where they differ, then for each setting and set: turn latency P50/P95, the talk-over rate, the English
@@ -31,6 +31,7 @@ and their paused versions with two settings).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
 from pathlib import Path
@@ -83,16 +84,35 @@ def _loudspeaker(v: str) -> dict:
              "frontend+64": {"frontend": FrontEndOptions(), "turn": dataclasses.replace(TurnOptions(), complete_after_ms=64)},
              "on": {"loudspeaker": True}}
     v, _, barge_in = v.partition("@")  # on@duck: barge-in duck instead of loudspeaker mode's pause
-    base, *without = v.split("-")  # on-tone: no ready tone; on-echo: no echo path; on-tone-echo: neither
+    # on-tone: no ready tone; on-echo: no echo path; on-lag: decodes slice at capture indices, not undoing the front
+    # end's lag (as before 2026-12-06: Loop._heard); on-tone-echo: neither tone nor echo
+    base, *without = v.split("-")
     if base.startswith("on+") and base[3:].isdigit():  # all of it, with another complete_after_ms
         out = {"loudspeaker": True, "turn": dataclasses.replace(TurnOptions(), complete_after_ms=int(base[3:]))}
-    elif base in parts and set(without) <= {"tone", "echo"}:
+    elif base in parts and set(without) <= {"tone", "echo", "lag"}:
         out = dict(parts[base])
     else:
-        raise SystemExit(f"--vary loudspeaker takes {', '.join(parts)} or on+MS, each with -tone and/or -echo; got {v!r}")
+        raise SystemExit(f"--vary loudspeaker takes {', '.join(parts)} or on+MS, each with -tone, -echo and/or -lag; got {v!r}")
     if barge_in and (barge_in not in BARGE_IN or not out.get("loudspeaker")):
         raise SystemExit(f"--vary loudspeaker: @POLICY goes with on (on@duck), POLICY one of {', '.join(BARGE_IN)}; got {v!r}")
-    return {**out, "_tone": "tone" not in without, "_echo": "echo" not in without, **({"barge_in": barge_in} if barge_in else {})}
+    return {**out, "_tone": "tone" not in without, "_echo": "echo" not in without, "_lag": "lag" not in without,
+            **({"barge_in": barge_in} if barge_in else {})}
+
+
+@contextlib.contextmanager
+def _lag_undone(undo: bool):
+    """With ``undo`` False, loops built inside decode at capture indices as before 2026-12-06 (FrontEnd.lag 0)."""
+    if undo:
+        yield
+        return
+    from edge_rt.audio.frontend import FrontEnd
+
+    original = FrontEnd.lag
+    FrontEnd.lag = property(lambda self: 0)
+    try:
+        yield
+    finally:
+        FrontEnd.lag = original
 
 
 def main(argv=None) -> int:
@@ -127,7 +147,7 @@ def main(argv=None) -> int:
             for name in order:
                 loop_opts = options.loop_options(options.target_for(clip["lang"]))
                 extra = dict(setting[name])
-                tone, echo = extra.pop("_tone", True), extra.pop("_echo", True)
+                tone, echo, lag = extra.pop("_tone", True), extra.pop("_echo", True), extra.pop("_lag", True)
                 if extra.pop("loudspeaker", False):
                     loop_opts = loudspeaker_mode(loop_opts)
                 loop_opts = dataclasses.replace(loop_opts, **extra)
@@ -135,8 +155,9 @@ def main(argv=None) -> int:
                     loop_opts = dataclasses.replace(loop_opts, frontend=dataclasses.replace(loop_opts.frontend,
                                                                                             ready_tone_ms=0))
                 # loudspeaker runs hear their playback as `bench --loudspeaker` does (6 dB down, 40 ms late)
-                run = bench.run_clip(stages, a, loop_opts, options.tail_s,
-                                     EchoPath() if loop_opts.frontend is not None and echo else None)
+                with _lag_undone(lag):
+                    run = bench.run_clip(stages, a, loop_opts, options.tail_s,
+                                         EchoPath() if loop_opts.frontend is not None and echo else None)
                 shift = [(x + run.lead, y + run.lead) for x, y in pauses]  # the clip's samples -> capture indices
                 t = bench.live_turn(run.traces, run.clock, end + run.lead)
                 taking = turn_taking(run.traces, run.clock, end + run.lead, run.last_played_ns, shift)

@@ -91,13 +91,14 @@ class FrontEndOptions:
     converging_s: float = 1.5
     converging_open_hops: int = 7
     # The ready tone (audio/tone.py), played once when the loop starts with a sink that records what it plays:
-    # a 200-6000 Hz sweep this long, at this level (dBFS RMS; Piper's speech is about as loud). 0: none. Until
-    # AEC3 has heard its loudspeaker in the microphone it takes a talker down under the first far end as if it
-    # were double talk; after the sweep it does not. Offline (tools/ready_tone.py: en_jfk talking, a 2-s reply
-    # starting 3 s in, a generated room echo path, 6 dB down, 40 ms + a 15 ms decaying tail), the talker under
-    # our first reply comes out 25.1 dB down with no tone (31.0 in the reply's first 0.75 s), 6.7 / 3.3 / 3.3 dB
-    # with 300 / 500 / 1000 ms (4.5 / 0.8 / 0.9): 500 ms is the shortest at the floor. Chosen on that generated
-    # mix, not on the bench's clips or the live test's. The loop plays it once, at start.
+    # a 200-6000 Hz sweep this long, at this level (dBFS RMS; the pack's Piper voices gave -18.8 and -21.0 dBFS
+    # on a Portuguese and an English sentence). 0: none. Until AEC3 has heard its loudspeaker in the microphone
+    # it takes a talker down under the first far end as if it were double talk; after the sweep it does not.
+    # Offline (tools/ready_tone.py: en_jfk talking, a 2-s reply starting 3 s in, a generated room echo path, 6 dB
+    # down, 40 ms + a 15 ms decaying tail), the talker under our first reply comes out 25.1 dB down with no tone
+    # (31.0 in the reply's first 0.75 s), 6.7 / 3.3 / 3.3 dB with 300 / 500 / 1000 ms (4.5 / 0.8 / 0.9): 500 ms
+    # is the shortest at the floor. Chosen on that generated mix, not on the bench's clips or the live test's.
+    # The loop plays it once, at start.
     ready_tone_ms: int = 500
     ready_tone_db: float = -20.0
 
