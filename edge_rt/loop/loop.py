@@ -113,7 +113,8 @@ class Loop:
         # The front end hands back each hop's audio `lag` samples late, and the VAD finds an utterance's end on that
         # late audio: its last speech frame is the same frame as without the front end, and slicing up to it cut the
         # last `lag` samples of the word's end (10-18 ms). Whisper then wrote no final period and the turn policy
-        # waited to max_pause (en_fleurs_luna 388 -> 1068 ms, with WebRTC passing the audio through unchanged).
+        # waited to max_pause (en_fleurs_luna: 388-447 ms without the front end, 1068 ms with WebRTC passing the
+        # audio through unchanged; tests/loop/test_loop.py).
         # Every decode slices [start + lag, end + lag): the audio it had without the front end.
         self._lag = self._frontend.lag if self._frontend is not None else 0
         # Played once at start so AEC3 learns the loudspeaker's echo path before anyone talks (audio/tone.py).
