@@ -50,7 +50,7 @@ from edge_rt.loop.preroll import NoisyPrerollOptions  # noqa: E402
 from edge_rt.loop.turn_policy import TurnOptions  # noqa: E402
 from edge_rt.measure import bench  # noqa: E402
 from edge_rt.measure.paused import PauseOptions, paused_clip  # noqa: E402
-from edge_rt.measure.turn_taking import live_error_rates, turn_taking  # noqa: E402
+from edge_rt.measure.turn_taking import live_error_rates  # noqa: E402
 
 
 # knob -> LoopOptions fields for one value of it (as written on the command line)
@@ -158,9 +158,7 @@ def main(argv=None) -> int:
                 with _lag_undone(lag):
                     run = bench.run_clip(stages, a, loop_opts, options.tail_s,
                                          EchoPath() if loop_opts.frontend is not None and echo else None)
-                shift = [(x + run.lead, y + run.lead) for x, y in pauses]  # the clip's samples -> capture indices
-                t = bench.live_turn(run.traces, run.clock, end + run.lead)
-                taking = turn_taking(run.traces, run.clock, end + run.lead, run.last_played_ns, shift)
+                t, taking = run.turn(end), run.taking(end, pauses)
                 result[name] = (t.latency_ms, taking.talk_over, run.captions.final_text())
             rows[kind].append((clip, result))
             print(f"{clip['id']} ({kind}) " + "  ".join(

@@ -22,7 +22,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from edge_rt.audio.files import read_audio  # noqa: E402
-from edge_rt.measure.bench import BenchOptions, live_turn, load_clips, oracle_end, run_clip  # noqa: E402
+from edge_rt.measure.bench import BenchOptions, load_clips, oracle_end, run_clip  # noqa: E402
 from edge_rt.pack import BuiltPack  # noqa: E402
 from edge_rt.pipeline import load_stages  # noqa: E402
 
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
         audio = read_audio(c["path"])
         calls.clear()
         run = run_clip(stages, audio, bo.loop_options(bo.target_for(c["lang"])), bo.tail_s)
-        turn = live_turn(run.traces, run.clock, oracle_end(stages.vad, audio))
+        turn = run.turn(oracle_end(stages.vad, audio))
         if turn.latency_ms is not None:
             lat.append(turn.latency_ms)
         for tr in run.traces:

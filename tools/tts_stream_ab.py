@@ -46,7 +46,7 @@ def main(argv=None) -> int:
         for name, tts in (runs if i % 2 == 0 else runs[::-1]):
             stages.tts = tts
             run = bench.run_clip(stages, audio, options.loop_options(options.target_for(clip["lang"])), options.tail_s)
-            turn = bench.live_turn(run.traces, run.clock, end)
+            turn = run.turn(end)
             wait = turn.trace.stages_ms()["endpoint_wait"] if turn.status == "ok" else None
             result[name] = (turn.latency_ms, wait)
         rows.append(result)

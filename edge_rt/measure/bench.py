@@ -54,7 +54,7 @@ from edge_rt.measure.oracle import OracleOptions, speech_span
 from edge_rt.measure.paused import PausedClip, PauseOptions, paused_clip
 from edge_rt.measure.serial import serial_turn
 from edge_rt.measure.slowdown import Slowdown
-from edge_rt.measure.turn_taking import CaptionLog, turn_taking, turn_taking_summary
+from edge_rt.measure.turn_taking import CaptionLog, TurnTaking, turn_taking, turn_taking_summary
 from edge_rt.pack import BuiltPack
 from edge_rt.pipeline import StageOptions, load_stages
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME
@@ -241,6 +241,15 @@ class LiveRun:
     redecoded: int = 0  # Loop.redecoded
     lead: int = 0  # samples of silence the clip was captured after: its sample i is capture index lead + i
 
+    def turn(self, end: int) -> Turn:
+        """The live turn (:func:`live_turn`) at the clip's sample ``end``."""
+        return live_turn(self.traces, self.clock, end + self.lead)
+
+    def taking(self, end: int, pauses=()) -> TurnTaking:
+        """Talk-over and finish lag (:func:`turn_taking`) at the clip's sample ``end``, its pauses in clip samples."""
+        return turn_taking(self.traces, self.clock, end + self.lead, self.last_played_ns,
+                           [(a + self.lead, b + self.lead) for a, b in pauses])
+
 
 # In loudspeaker mode a clip starts this long after the loop (its ready tone, 0.5 s, then quiet): a kiosk's service
 # has started before anyone talks to it.
@@ -331,9 +340,8 @@ def _measure_clip(stages, peer, c: dict, options: BenchOptions, paused: PausedCl
         run = run_clip(stages, audio, loop_opts, options.tail_s)
         traces, live_text, phrases, stopped = run.traces, run.captions.final_text(), run.phrases, run.partials_stopped
         redecoded = run.redecoded
-        turn = live_turn(traces, run.clock, end)
-        taking = turn_taking(traces, run.clock, end, run.last_played_ns,
-                             paused.pauses if paused is not None else ()).as_dict()
+        turn = run.turn(end)
+        taking = run.taking(end, paused.pauses if paused is not None else ()).as_dict()
     if paused is not None:
         peer = None
     serial = serial_turn(stages, audio, end, loop_opts) if options.baseline and paused is None else None
@@ -401,11 +409,9 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
         if options.loudspeaker and options.live:
             audio, end, loop_opts = inp
             run = run_clip(stages, audio, loudspeaker_mode(loop_opts), options.tail_s, options.loudspeaker_echo)
-            taking = turn_taking(run.traces, run.clock, end + run.lead, run.last_played_ns)
-            loud[c["id"]] = {"headset_ms": res.turn_latency_ms,
-                             "loudspeaker_ms": live_turn(run.traces, run.clock, end + run.lead).latency_ms,
+            loud[c["id"]] = {"headset_ms": res.turn_latency_ms, "loudspeaker_ms": run.turn(end).latency_ms,
                              "id": c["id"], "lang": c["lang"], "reference": c.get("text", ""),
-                             "live_text": run.captions.final_text(), "turn_taking": taking.as_dict()}
+                             "live_text": run.captions.final_text(), "turn_taking": run.taking(end).as_dict()}
     wall = time.perf_counter() - wall0
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
