@@ -116,9 +116,9 @@ class TurnOptions:
     # (a GPU) this waits for nothing: lower it there (`--complete-after-ms`, `[loop] complete_after_ms`).
     # Loudspeaker mode uses it too since 2026-12-06 (it kept 64 ms before: at 256 the live loudspeaker test had
     # translated our own voice in 2 of 4 runs, before the front end's converging wait and re-convergence; since, 0
-    # of 4 runs at 256, one of them in a full test run). There a talk-over costs the speaker's words (AEC3 takes the near end down under our
-    # speech): tools/loop_ab.py --vary loudspeaker=on+64,on, 33 clips, talk-over 16 -> 13, live English WER
-    # 11.16 -> 9.30 %, P50 x0.96, per-clip median x1.00.
+    # of 4 runs at 256, one of them in a full test run). There a talk-over costs the speaker's words (AEC3 takes
+    # the near end down under our speech): tools/loop_ab.py --vary loudspeaker=on+64,on, 33 clips, talk-over
+    # 16 -> 13, live English WER 11.16 -> 9.30 %, P50 x0.96, per-clip median x1.00.
     complete_after_ms: int = 256
     # The longest pause held open for a sentence judged incomplete; a speaker silent this long has
     # yielded the turn whatever the evidence says. 1024 ms: same talk-over as 1280, 50 ms less mean wait.
