@@ -14,18 +14,21 @@ audio decoded after its last speech frame) or
 or ``loudspeaker`` (``off``, ``frontend``, ``frontend+64``, ``on``: `run --loudspeaker` in parts; ``on+MS``: all of
 it with ``complete_after_ms`` MS; each with ``-tone``: no ready tone, ``-echo``: no echo path; a run with the front
 end hears its own playback 6 dB down and 40 ms late, as in `bench --loudspeaker`; ``-lag``: decodes do not undo
-the front end's 10-18 ms lag, as before 2026-12-06; ``on@POLICY``: barge-in POLICY instead of pause). More than two
+the front end's 10-18 ms lag, as before 2026-12-06; ``on@POLICY``: barge-in POLICY instead of loudspeaker mode's)
+or ``barge_in`` (LoopOptions: what someone talking over our speech does to it, with a headset). More than two
 values are run in turn, each first on one clip in N; the ratios are against the first.
 Prints per clip and setting the turn latency, whether a translation started before the speaker's final
-end (talk-over), both settings' captions where they differ, then for each setting and set: turn latency P50/P95, the talk-over rate, the English
-WER of the live captions, and the paired latency ratio. Needs an idle machine (~25 min for the 33 clips
+end (talk-over), the finish lag and how many translations were resaid (barge-in ``resay``), both settings' captions
+where they differ, then for each setting and set: turn latency P50/P95, the talk-over rate, the English WER of the
+live captions, the finish lag P50/P95, and the paired latency ratio. Needs an idle machine (~25 min for the 33 clips
 and their paused versions with two settings).
 
     python tools/loop_ab.py [--vary complete_after_ms=64,256 | beam_size=1,5 | redecode=off,-0.5 | preroll_ms=192,320 | postroll_ms=0,64
                              | noisy_preroll=off,20 | repeat_words=off,3 | lend_within_s=off,2
-                             | loudspeaker=off,frontend,frontend+64,on | loudspeaker=on+64,on | loudspeaker=off,on-tone,on]
-                            [--limit N]
-                            [--no-paused]
+                             | loudspeaker=off,frontend,frontend+64,on | loudspeaker=on+64,on | loudspeaker=off,on-tone,on
+                             | loudspeaker=on@pause,on | barge_in=continue,resay]
+                            [--limit N] [--ids ID,ID]
+                            [--no-paused | --paused-only]
 """
 
 from __future__ import annotations
@@ -74,6 +77,8 @@ KNOBS = {
     # complete_after_ms 64, loudspeaker mode's until 2026-12-06), on (all of `run --loudspeaker`: also barge-in
     # pause; loop.options.loudspeaker_mode), on+MS (all of it with complete_after_ms MS)
     "loudspeaker": lambda v: _loudspeaker(v),
+    # what someone talking over the translated speech does to it, with a headset (LoopOptions.barge_in)
+    "barge_in": lambda v: {"barge_in": v},
 }
 
 
@@ -83,7 +88,7 @@ def _loudspeaker(v: str) -> dict:
     parts = {"off": {}, "frontend": {"frontend": FrontEndOptions()},
              "frontend+64": {"frontend": FrontEndOptions(), "turn": dataclasses.replace(TurnOptions(), complete_after_ms=64)},
              "on": {"loudspeaker": True}}
-    v, _, barge_in = v.partition("@")  # on@duck: barge-in duck instead of loudspeaker mode's pause
+    v, _, barge_in = v.partition("@")  # on@duck: barge-in duck instead of loudspeaker mode's default
     # on-tone: no ready tone; on-echo: no echo path; on-lag: decodes slice at capture indices, not undoing the front
     # end's lag (as before 2026-12-06: Loop._heard); on-tone-echo: neither tone nor echo
     base, *without = v.split("-")
@@ -122,10 +127,15 @@ def main(argv=None) -> int:
                     help="the knob and its two values: complete_after_ms=64,256, beam_size=1,5 or redecode=off,-0.5")
     ap.add_argument("--limit", type=int, default=None, help="at most this many clips")
     ap.add_argument("--no-paused", action="store_true", help="only the clips as recorded")
+    ap.add_argument("--paused-only", action="store_true", help="only the paused set (a pause inserted in each clip)")
+    ap.add_argument("--ids", default=None, help="only these clips (comma-separated ids)")
     args = ap.parse_args(argv)
     options = bench.BenchOptions(pack=args.pack, baseline=False, backend="cpu")
     _, stages = bench.load_bench_stages(options)
-    clips = bench.load_clips(options)[: args.limit]
+    clips = bench.load_clips(options)
+    if args.ids:
+        clips = [c for c in clips if c["id"] in args.ids.split(",")]
+    clips = clips[: args.limit]
     key, _, values = args.vary.partition("=")
     if key not in KNOBS or len(values.split(",")) < 2:
         ap.error(f"--vary takes KEY=A,B[,C...] with KEY one of {', '.join(KNOBS)}, got {args.vary!r}")
@@ -135,7 +145,7 @@ def main(argv=None) -> int:
     k = 0
     for clip in clips:
         audio = read_audio(clip["path"])
-        items = [("real", audio, bench.oracle_end(stages.vad, audio), ())]
+        items = [] if args.paused_only else [("real", audio, bench.oracle_end(stages.vad, audio), ())]
         if not args.no_paused:
             p = paused_clip(clip["id"], audio, stages.vad, PauseOptions())
             if p is not None:
@@ -159,10 +169,12 @@ def main(argv=None) -> int:
                     run = bench.run_clip(stages, a, loop_opts, options.tail_s,
                                          EchoPath() if loop_opts.frontend is not None and echo else None)
                 t, taking = run.turn(end), run.taking(end, pauses)
-                result[name] = (t.latency_ms, taking.talk_over, run.captions.final_text())
+                result[name] = (t.latency_ms, taking.talk_over, run.captions.final_text(), taking.finish_lag_ms,
+                                sum(tr.resaid for tr in run.traces))
             rows[kind].append((clip, result))
             print(f"{clip['id']} ({kind}) " + "  ".join(
-                f"{n}: {_ms(v[0])}{' talk-over' if v[1] else ''}" for n, v in result.items()), flush=True)
+                f"{n}: {_ms(v[0])}{' talk-over' if v[1] else ''}{f' resaid {v[4]}' if v[4] else ''}"
+                f" (finish {_ms(v[3])})" for n, v in result.items()), flush=True)
             if len({v[2] for v in result.values()}) > 1:  # the captions differ: say how
                 for n, v in result.items():
                     print(f"    {n}: {v[2]!r}", flush=True)
@@ -176,8 +188,10 @@ def main(argv=None) -> int:
             wer = live_error_rates((c["lang"], c.get("text", ""), r[n][2]) for c, r in rs if c.get("text"))
             en = wer.get("en", {}).get("value")
             pct = (f"P50 {np.percentile(lat, 50):.0f} ms, P95 {np.percentile(lat, 95):.0f} ms" if lat else "-")
+            finish = [r[n][3] for _, r in rs if r[n][3] is not None]
+            fin = f"P50 {np.percentile(finish, 50):.0f} ms, P95 {np.percentile(finish, 95):.0f} ms" if finish else "-"
             print(f"  {n}: turn latency {pct} ({len(lat)} measured); talk-over {over}/{len(rs)} ({100 * over / len(rs):.1f} %); "
-                  f"live English WER {en} %")
+                  f"live English WER {en} %; finish lag {fin}; resaid {sum(r[n][4] for _, r in rs)}")
         for other in names[1:]:
             both = [(r[other][0], r[names[0]][0]) for _, r in rs if r[names[0]][0] and r[other][0]]
             if both:

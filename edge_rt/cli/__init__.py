@@ -115,9 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-ready-tone", action="store_true",
                    help="with --loudspeaker: play no ready tone at start (the first reply may then take the voice "
                         "of someone talking over it ~20 dB down)")
-    r.add_argument("--barge-in", choices=("duck", "pause", "stop", "continue"), default=None,
-                   help="someone talks over the translation: duck it, pause it until they stop, stop it, or continue "
-                        "(default: pause with --loudspeaker, continue without)")
+    r.add_argument("--barge-in", choices=("duck", "pause", "stop", "continue", "resay"), default=None,
+                   help="someone talks over the translation: duck it, pause it until they stop, stop it, continue, "
+                        "or resay (pause it; when they went on with the same sentence, say the whole sentence's "
+                        "translation instead of the rest) (default: resay with --loudspeaker, continue without)")
     r.add_argument("--beam", type=beam_size, default=1, metavar="N",
                    help="beam search of N hypotheses for the text that is translated (default 1, greedy): live "
                         "English WER 6.51 -> 6.05 %% with 5, turn latency x1.10 and +112 MB on a 2-core CPU "
@@ -157,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also measure the loop's own peak RSS after warm-up and cold start in a fresh process")
     add_paused_args(b, "also run the paused-speech set")
     b.add_argument("--loudspeaker", action="store_true",
-                   help="also each clip in loudspeaker mode (`run --loudspeaker`: echo canceller, barge-in pause) "
+                   help="also each clip in loudspeaker mode (`run --loudspeaker`: echo canceller, barge-in resay) "
                         "right after it, its playback heard again 6 dB down and 40 ms late: the mode's cost in "
                         "turn latency as paired ratios, its talk-over and live WER")
     b.add_argument("--no-echo", action="store_true",

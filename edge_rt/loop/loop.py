@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -45,7 +45,7 @@ from edge_rt.loop.pause_watch import PauseWatch, speech_level
 from edge_rt.loop.phrase_cache import PhraseCache
 from edge_rt.loop.preroll import noisy_start
 from edge_rt.loop.repeats import said_once
-from edge_rt.loop.recognize import Hypothesis, asr_task, level, recognize, route_task, with_first_clause
+from edge_rt.loop.recognize import Hypothesis, Resay, asr_task, level, recognize, route_task, with_first_clause
 from edge_rt.loop.stages import Stages
 from edge_rt.loop.stream import LocalAgreement
 from edge_rt.loop.trace import TracePublisher, TraceWriter, UtteranceTrace
@@ -72,6 +72,17 @@ class _Utterance:
     speculation: Hypothesis | None = None
     heard: Hypothesis | None = None  # the latest speculation of it that heard words (LoopOptions.keep_heard)
     pause: int = 0  # silent frames of the current pause (0: speaking)
+    # barge_in "resay": what the translation this one talked over and holds covers; None: none, or another policy
+    resay: "_Said | None" = None
+
+
+class _Said(NamedTuple):
+    """What the latest translation sent to speech covers: its utterance, the first capture sample of its audio and its
+    source text ("" while pending); with the utterance before it when it was resaid (barge_in "resay")."""
+
+    trace: UtteranceTrace
+    start: int
+    text: str
 
 
 class Loop:
@@ -121,10 +132,12 @@ class Loop:
         self._ready_tone = (ready_tone(sink.rate, options.frontend.ready_tone_ms, options.frontend.ready_tone_db)
                             if self._frontend is not None and self._frontend.cancels_echo else None)
         self._barged = False  # someone talks over the speech: ducked until their utterance ends
+        self._holding = False  # barge_in "resay": the speech stays held until the utterance's translation is known
         self._clauses: Iterator | None = None  # the rest of the current translation's clauses
         self._clause_open = False  # the last chunk queued was not its clause's last (a streamed sentence)
         self._resampler = None  # the current clause's soxr stream when the sink runs at another rate
         self._clause_trace: UtteranceTrace | None = None
+        self._said: _Said | None = None
         self._count = 0
         self.hops = 0
         # A partial still decoding when a pause begins is abandoned (pause_watch.py); how many were.
@@ -152,6 +165,7 @@ class Loop:
         self.redecoded = 0  # utterance decodes taken from the beam's second decode
         self.split = 0  # utterance decodes taken from their pieces (LoopOptions.split)
         self.lent = 0  # utterance decodes taken with a dropped utterance's audio in front (ContextOptions.lend_within_s)
+        self.resaid = 0  # held translations dropped for one of the whole sentence (barge_in "resay")
         # Fail now, not on the first utterance.
         if options.source is not None:
             stages.route(options.source, options.target)
@@ -259,9 +273,10 @@ class Loop:
             return
         utt, self._current = self._current, None
         barged, self._barged = self._barged, False
-        if barged:
+        if barged and not self._holding:
             self._speech.resume()
         if utt is None:
+            self._release(False)
             return
         tr = utt.trace
         tr.end_sample = event.sample
@@ -273,9 +288,10 @@ class Loop:
             self.overload.utterances_dropped += 1
             tr.dropped = f"overload: {lag:.1f} s behind the microphone, dropped without decoding"
             self._close(tr)
+            self._release(False)
             return
         try:
-            self._finalize(tr, utt.speculation, utt.heard)
+            self._finalize(tr, utt.speculation, utt.heard, utt.resay)
         except EdgeRtError as e:  # a bad request: the loop goes on, the utterance is reported
             tr.dropped = str(e)
             self.errors.append(str(e))
@@ -284,6 +300,8 @@ class Loop:
             self._close(tr)
         except Exception as e:  # a stage failed on this utterance: drop it, keep listening
             self._stage_failed(e, tr)
+        finally:
+            self._release(False)  # no translation of the whole: the held speech plays on
         if barged and self._frontend is not None and not ((tr.text or "") + (tr.translation or "")).strip():
             # It opened over our speech and held no word: a residual of our own voice passed the echo gate, so
             # AEC3 is not where it was; openings wait again as while it first converged (FrontEnd.reconverge).
@@ -357,7 +375,7 @@ class Loop:
             self.overload.speculations_skipped += 1
             return False
         try:
-            hyp = self._recognize(utt.trace.start_sample, end, self._postroll(end))
+            hyp = self._recognize(utt.trace.start_sample, end, self._postroll(end), utt.resay)
         except Exception as e:  # noqa: BLE001 - work ahead only: counted here, the real end decodes again
             self._speculation_failed(e, utt.trace.utterance, "decode")
             return False
@@ -374,7 +392,7 @@ class Loop:
     def _synthesize_ahead(self, hyp: Hypothesis, utterance: int) -> Hypothesis:
         """The speculative hypothesis with its first clause synthesized (see :func:`with_first_clause`)."""
         try:
-            return with_first_clause(hyp, self.stages.tts, self.options.target, rate=self._rate(),
+            return with_first_clause(hyp, self.stages.tts, self.options.target, rate=self._rate(hyp),
                                      phrases=self.phrases)
         except Exception as e:  # noqa: BLE001 - work ahead only: counted here, the end synthesizes again
             self._speculation_failed(e, utterance, "synthesis")
@@ -425,9 +443,10 @@ class Loop:
         """The audio heard at capture samples [a, b) (the front end's lag undone; up to what is there now)."""
         return self.history.slice(a + self._lag, b + self._lag)
 
-    def _recognize(self, start: int, end: int, tail: int = 0) -> Hypothesis:
+    def _recognize(self, start: int, end: int, tail: int = 0, resay: _Said | None = None) -> Hypothesis:
         """One Whisper pass + MT of capture samples [start, end + tail) (see :func:`recognize`; ``tail``: the
-        post-roll), together with the previous utterance's audio when this one follows it (ContextOptions.joint)."""
+        post-roll), together with the previous utterance's audio when this one follows it (ContextOptions.joint);
+        ``resay``: the utterance whose held translation this one may take over (barge_in "resay")."""
         stop = end + tail
         context = self._context.at(start)
         known, o = context.joint, self.options.context
@@ -439,29 +458,34 @@ class Loop:
         lent = None
         if context.lent is not None and end - context.lent <= o.joint_max_s * SAMPLE_RATE:
             lent = self._level(self._heard(context.lent, stop))  # a dropped opening (ContextOptions.lend_within_s)
+        whole = None
+        if resay is not None and end - resay.start <= o.joint_max_s * SAMPLE_RATE:
+            whole = Resay(resay.text, resay.trace.lang, self._level(self._heard(resay.start, stop)))
         hyp = recognize(self.stages, self.options, self._level(self._heard(start, stop)), end,
-                        self.source.clock, context, self.phrases, joint, self._final_asr, self._redecode_asr, lent)
+                        self.source.clock, context, self.phrases, joint, self._final_asr, self._redecode_asr, lent,
+                        whole)
         self.redecoded += hyp.redecoded
         self.split += hyp.split
         self.lent += hyp.lent
         return dataclasses.replace(hyp, tail=tail) if tail else hyp
 
-    def _rate(self) -> float:
-        """Speaking rate of the next translation: faster while earlier speech is still queued (catchup.py)."""
-        return speaking_rate(self._output_backlog_s(), self.options.catch_up)
+    def _rate(self, hyp: Hypothesis) -> float:
+        """Speaking rate of ``hyp``'s translation: faster while earlier speech is still queued (catchup.py), unless
+        it takes the place of that speech (barge_in "resay")."""
+        return speaking_rate(0.0 if hyp.resaid else self._output_backlog_s(), self.options.catch_up)
 
     def _level(self, audio: np.ndarray) -> np.ndarray:
         """Automatic gain: a quiet utterance reaches Whisper at speech level (see stages/gain.py)."""
         return level(audio, self.options)
 
     def _finalize(self, tr: UtteranceTrace, speculation: Hypothesis | None = None,
-                  heard: Hypothesis | None = None) -> None:
+                  heard: Hypothesis | None = None, resay: _Said | None = None) -> None:
         tail = self._postroll(tr.end_sample, tr.end_reason)
         if speculation is not None and speculation.end == tr.end_sample and speculation.tail == tail:
             hyp = speculation  # no speech since the pause began: the work is done
             tr.speculative = True
         else:
-            hyp = self._recognize(tr.start_sample, tr.end_sample, tail)
+            hyp = self._recognize(tr.start_sample, tr.end_sample, tail, resay)
         if (not _has_words(hyp) and heard is not None and self.options.keep_heard
                 and not self._context.at(tr.start_sample).follows):
             # Whisper heard words in this utterance at a pause, and given all of it, no speech: in babble the VAD
@@ -473,6 +497,7 @@ class Loop:
         # Work done ahead counts as ready when the end was declared.
         detected = tr.t_ns["end_detected"]
         tr.lang, tr.text, tr.redecoded, tr.split, tr.lent = hyp.lang, hyp.text, hyp.redecoded, hyp.split, hyp.lent
+        tr.resaid = hyp.resaid
         self._errors_in_row = 0  # ASR and MT worked; a TTS failure is counted again
         if not _has_words(hyp):  # "" or a lone "." on noise
             tr.dropped = "no speech recognised (silence or noise)"
@@ -491,10 +516,11 @@ class Loop:
             tr.dropped = "empty translation"
             self._close(tr)
             return
+        self._release(hyp.resaid)  # barge_in "resay": the held speech plays on, or this translation takes its place
         # Streaming TTS: the first clause now, the rest one per iteration.
         self._finish_previous()
         if hyp.speech is None:  # not synthesized during the pause (or nothing to speak): the first clause now
-            hyp = with_first_clause(hyp, self.stages.tts, self.options.target, rate=self._rate(),
+            hyp = with_first_clause(hyp, self.stages.tts, self.options.target, rate=self._rate(hyp),
                                     phrases=self.phrases)
         clauses = itertools.chain([hyp.speech[0]], hyp.speech[1]) if hyp.speech is not None else iter(())
         if self.options.overload.shorten(self._output_backlog_s()):  # level 2: say less
@@ -503,6 +529,8 @@ class Loop:
         self._clauses = clauses
         self._clause_open = False
         self._clause_trace = tr
+        self._said = (_Said(tr, resay.start, hyp.whole) if hyp.resaid and resay is not None
+                      else _Said(tr, tr.start_sample, tr.text))
         self._next_clause()
         # A streamed clause comes 0.37 s at a time: queue speech_lead_s before the work that follows (the
         # source caption, the next utterance's partials) holds the worker, or the speaker hears a gap.
@@ -586,11 +614,42 @@ class Loop:
         if policy == "continue" or not self._speech.playing():
             return
         self._barged = True
+        if policy == "resay":
+            self._current.resay = self._resumed()
+            self._holding = self._current.resay is not None
+        self._stop_speech(policy, "barge-in: its speech was stopped before it was heard")
+
+    def _stop_speech(self, policy: str, why: str) -> None:
+        """Apply ``policy`` to the speech that plays (SpeechQueue.barge_in); ``stop`` also ends the current
+        translation's clause stream, and marks the utterances none of whose speech was heard with ``why``."""
         for tr in self._speech.barge_in(policy):
-            tr.dropped = "barge-in: its speech was stopped before it was heard"
+            tr.dropped = why
         if policy == "stop" and self._clauses is not None:  # the rest of that translation is not spoken
             self._clauses = None
             self._close(self._clause_trace)
+
+    def _resumed(self) -> _Said | None:
+        """barge_in "resay": what the utterance starting now may go on with: the latest translation spoken, when its
+        utterance is the one right before this one and ended at most ``resay_within_s`` before this one started, and
+        no older translation waits to be played (dropping the held speech drops all of it, in order: a translation
+        already resaid had the older speech dropped; else its first sample has been played)."""
+        said, now = self._said, self._current.trace
+        if (said is None or said.trace.utterance != now.utterance - 1 or said.trace.dropped
+                or now.start_sample - said.trace.end_sample > self.options.resay_within_s * SAMPLE_RATE
+                or not (said.trace.resaid or "first_output" in said.trace.t_ns)):
+            return None
+        return said
+
+    def _release(self, resaid: bool) -> None:
+        """End barge_in "resay"'s hold: the held speech plays on, or (``resaid``) is dropped for a translation of
+        the whole sentence. Once per barged utterance; nothing when none holds."""
+        if not self._holding:
+            return
+        self._holding = False
+        if resaid:
+            self.resaid += 1
+            self._stop_speech("stop", "resaid: its translation was spoken with the next utterance's")
+        self._speech.resume()
 
     def _capture_lag_s(self) -> float:
         """Seconds of captured audio the worker has not read yet."""

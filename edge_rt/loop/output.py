@@ -19,7 +19,9 @@ from edge_rt.loop.trace import UtteranceTrace
 
 __all__ = ["BARGE_IN", "SpeechQueue"]
 
-BARGE_IN = ("duck", "pause", "stop", "continue")  # what a person talking over the translated speech does to it
+# What a person talking over the translated speech does to it; "resay" holds it as "pause" does, and the loop
+# then either plays the rest or drops it for a translation of the whole sentence (LoopOptions.barge_in).
+BARGE_IN = ("duck", "pause", "stop", "continue", "resay")
 
 
 class SpeechQueue:
@@ -62,12 +64,13 @@ class SpeechQueue:
 
     def barge_in(self, policy: str) -> list[UtteranceTrace]:
         """Someone started talking over the speech: ``duck`` it, ``pause`` it (silence until
-        :meth:`resume`, then the rest: nothing is lost), ``stop`` it, or ``continue``.
+        :meth:`resume`, then the rest: nothing is lost; ``resay`` too: the loop may :meth:`barge_in` ``stop`` before
+        it resumes), ``stop`` it, or ``continue``.
 
         Returns the utterances whose speech was stopped before any of it was heard. Sinks that cannot
         duck, hold or flush (a file timeline) play on.
         """
-        if policy in ("duck", "pause"):
+        if policy in ("duck", "pause", "resay"):
             act = getattr(self.sink, "duck" if policy == "duck" else "hold", None)
             if act is not None:
                 act(True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import numpy as np
 
@@ -27,7 +27,7 @@ from edge_rt.stages.gain import apply_gain
 from edge_rt.stages.tts.voice import TtsAudio
 from edge_rt.units import SAMPLE_RATE
 
-__all__ = ["Hypothesis", "asr_task", "level", "recognize", "route_task", "with_first_clause"]
+__all__ = ["Hypothesis", "Resay", "asr_task", "level", "recognize", "route_task", "with_first_clause"]
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,19 @@ class Hypothesis:
     split: bool = False  # the words are its pieces', decoded again after a sparse decode (split.py)
     lent: bool = False  # the words start in the dropped utterance before it (ContextOptions.lend_within_s)
     gated: bool = False  # no text because the unsure gate dropped the words Whisper wrote
+    resaid: bool = False  # ``translation`` is the whole sentence's, with the utterance it went on with (Resay)
+    whole: str = ""  # resaid on a transcribe route: the source text translated (the two utterances' text)
     tail: int = 0  # samples decoded after ``end`` (EndpointOptions.postroll_ms; set by the loop)
+
+
+class Resay(NamedTuple):
+    """The utterance whose translation a barge-in held (``LoopOptions.barge_in`` "resay"), for the one that went on
+    over it: its text (its source caption; "" while pending) and language, and the audio of the two together,
+    levelled."""
+
+    text: str
+    lang: str
+    audio: np.ndarray
 
 
 def level(audio: np.ndarray, options: LoopOptions) -> np.ndarray:
@@ -79,7 +91,8 @@ def route_task(task, lang: str) -> str:
 
 def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int, clock,
               context: AsrContext = NONE, phrases: PhraseCache | None = None,
-              joint: np.ndarray | None = None, asr=None, redecode=None, lent: np.ndarray | None = None) -> Hypothesis:
+              joint: np.ndarray | None = None, asr=None, redecode=None, lent: np.ndarray | None = None,
+              resay: Resay | None = None) -> Hypothesis:
     """One Whisper pass (language detection picks transcribe or translate) + MT of ``audio``
     (float32 16 kHz, already levelled), which ends at capture sample ``end``; ``context`` is what
     the previous utterance lends (its language, its text: see context.py); a phrase in ``phrases``
@@ -110,6 +123,10 @@ def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int,
     A transcript (or translation) with too few tokens for the utterance's length (``options.split``: Whisper ended
     early) is decoded once more in pieces cut at the utterance's quietest moments, and their words are taken when
     there are clearly more of them (:func:`_pieces`, :mod:`edge_rt.loop.split`).
+
+    ``resay``: the utterance whose translation this one talked over (:class:`Resay`). When this one has words in the
+    same language, the translation is the two's together (:func:`_whole`), ``resaid`` says so, and the text stays
+    this utterance's own.
     """
     asr = asr or stages.asr
     target = options.target
@@ -156,9 +173,10 @@ def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int,
     heard = said_once(heard, first.language, options.repeat_words)  # LoopOptions.repeat_words
     route = stages.route(first.language, target)
     translated = route.asr_task == "translate"
+    whole = _whole(asr, options, resay, first.language, heard, route.asr_task) if resay is not None else None
     asr_ns = clock.now_ns()
-    spoken = heard
-    key = phrases.key(first.language, heard, target) if phrases is not None else None
+    spoken = heard if whole is None else whole
+    key = phrases.key(first.language, spoken, target) if phrases is not None else None
     if route.mt_pair and spoken:
         cached = phrases.translation(key) if phrases is not None else None
         if cached is not None:
@@ -172,7 +190,21 @@ def recognize(stages: Stages, options: LoopOptions, audio: np.ndarray, end: int,
         phrases.put_translation(key, spoken, 0.0)  # no MT on this route: the entry holds the first clause
     return Hypothesis(end, first.language, "" if translated else heard, spoken, asr_ns, clock.now_ns(),
                       source_pending=translated, phrase=key, end_mark_prob=first.end_mark_prob,
-                      redecoded=redecoded, split=split, lent=lent_taken)
+                      redecoded=redecoded, split=split, lent=lent_taken, resaid=whole is not None,
+                      whole=whole if whole is not None and not translated else "")
+
+
+def _whole(asr, options: LoopOptions, resay: Resay, lang: str, heard: str, task: str) -> str | None:
+    """What is translated for an utterance that went on over ``resay``'s translation: on a transcribe route the two
+    captions together; on a translate route Whisper's translation of the two's audio (one more pass; the source
+    caption comes after the audio there). None when the languages differ or there is nothing to join."""
+    if resay.lang != lang:
+        return None
+    if task != "translate":
+        return said_once(f"{resay.text} {heard}", lang, options.repeat_words) if resay.text else None
+    result = asr.transcribe(resay.audio, task="translate", language=lang)
+    text = said_once(result.text.strip(), lang, options.repeat_words)
+    return text if has_words(text) else None
 
 
 def _heard(asr, options: LoopOptions, context: AsrContext, audio: np.ndarray, result, task) -> str:

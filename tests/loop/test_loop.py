@@ -350,7 +350,7 @@ def test_a_barge_in_with_no_word_in_it_makes_the_echo_canceller_wait_again(stage
         calls = []
         loop._frontend.reconverge = lambda: calls.append("reconverge")
 
-        def finalize(tr, speculation, earlier, said=heard):  # what the decode of their utterance gave
+        def finalize(tr, speculation, earlier, resay=None, said=heard):  # what the decode of their utterance gave
             tr.text = tr.translation = said
 
         loop._finalize = finalize
@@ -359,6 +359,93 @@ def test_a_barge_in_with_no_word_in_it_makes_the_echo_canceller_wait_again(stage
         assert sink.held and not calls
         loop._on_event(Event("end", 8000, "silence"))  # their utterance ends: our speech plays on
         assert not sink.held and calls == want, heard
+
+
+def _barge_over(stages, audio, first, second, target, begun=2048, **options):
+    """Utterance ``first`` ([a, b) in ``audio``'s samples) decoded, translated and playing (``begun`` samples of it
+    played), then utterance ``second`` opening over its speech, both through the loop's own events (a talker going
+    on after a hesitation). Returns the loop, the two traces, the samples queued for each, and what the sink played
+    after the second one ended."""
+    from edge_rt.audio.sinks import RingSink
+    from edge_rt.loop.endpoint import Event
+
+    loop = Loop(stages, FastFileSource(np.zeros(16000, np.float32)), sink := RingSink(22050),
+                LoopOptions(target=target, turn=None, partials=False, **options))
+    loop.history.write(0, audio)
+    queued: dict[int, list[np.ndarray]] = {1: [], 2: []}
+    add = loop._speech.add
+
+    def spy(tr, samples, is_first):
+        queued[tr.utterance].append(samples.copy())
+        add(tr, samples, is_first)
+
+    loop._speech.add = spy
+    out = np.empty(2048, np.float32)
+    loop._on_event(Event("start", first[0]))
+    loop._on_event(Event("end", first[1], "silence"))
+    if begun:
+        sink.consume(out[:begun], 0)  # its translation has begun playing
+    loop._on_event(Event("start", second[0]))  # they go on: held
+    assert sink.held
+    loop._on_event(Event("end", second[1], "silence"))
+    assert not sink.held
+    played = []
+    for _ in range(10_000):
+        loop._advance_output()
+        if loop._clauses is None and not loop._speech and not sink.pending():
+            break
+        sink.consume(out, 1)
+        played.append(out.copy())
+    loop.published.flush()
+    traces = sorted(loop.traces, key=lambda t: t.utterance)
+    return loop, traces, {k: np.concatenate(v) if v else np.zeros(0, np.float32) for k, v in queued.items()}, \
+        np.concatenate(played)
+
+
+def test_resay_speaks_the_whole_sentence_instead_of_the_rest_of_its_first_part(stages, speech_dir):
+    """barge_in "resay": JFK says "... ask not what your country can do for you," and, 0.4 s later, goes on over
+    its translation. The rest of that translation is not played; the translation of the two parts together is, and
+    the caption of the second shows only its own words. With "pause" (and with "resay" when they go on later than
+    resay_within_s, or before any of it was played: older speech may wait ahead of it) the rest plays first, then
+    the second part's own translation."""
+    from edge_rt.measure.scoring import normalize
+
+    jfk = read_audio(speech_dir / "en_jfk.wav")
+    first, second = (3200, 123200), (129600, 169600)  # 0.2-7.7 s and 8.1-10.6 s: a 0.4-s pause between
+    words = lambda text: [w for w in (normalize(w, "en") for w in text.split()) if w]  # noqa: E731
+    loop, (t1, t2), queued, played = _barge_over(stages, jfk, first, second, "pt", barge_in="resay")
+    assert loop.resaid == 1 and t2.resaid and not t1.dropped, (t1.dropped, t2.dropped)
+    assert "fellow" in words(t1.text) and "country" in words(t2.text) and "fellow" not in words(t2.text), \
+        (t1.text, t2.text)
+    np.testing.assert_array_equal(played[:len(queued[2])], queued[2])  # nothing of the first part's rest
+    resaid = t2.translation
+    for policy, within, begun in (("pause", 2.0, 2048), ("resay", 0.2, 2048), ("resay", 2.0, 0)):
+        loop, (u1, u2), queued, played = _barge_over(stages, jfk, first, second, "pt", begun, barge_in=policy,
+                                                     resay_within_s=within)
+        assert loop.resaid == 0 and not u2.resaid, policy
+        rest = len(queued[1]) - begun  # what was not played before they went on
+        np.testing.assert_array_equal(played[:rest + len(queued[2])], np.concatenate([queued[1][begun:], queued[2]]))
+        # the whole sentence's translation holds (nearly) as many words as the two parts' together
+        assert len(resaid.split()) >= 0.8 * (len(u1.translation.split()) + len(u2.translation.split())) \
+            > len(u2.translation.split()), (resaid, u1.translation, u2.translation)
+
+
+@pytest.mark.slow
+def test_resay_on_a_translate_route_translates_the_two_parts_audio_together(product_stages, speech_dir):
+    """On a translate route (German spoken, English out: Whisper translates) the whole sentence's translation comes
+    from one more Whisper pass over both parts' audio; the German caption is still the second part's own."""
+    de = read_audio(speech_dir / "de_fleurs_test_004.wav")  # "Die Höhle befindet sich ... | und ist vom Rest ..."
+    first, second = (22400, 94400), (97600, 132800)  # 1.4-5.9 s and 6.1-8.3 s
+    loop, (t1, t2), queued, played = _barge_over(product_stages, de, first, second, "en", barge_in="resay")
+    assert t2.resaid and loop.resaid == 1
+    assert "Höhle" in t1.text and "Höhle" not in t2.text and "Rest" in t2.text, (t1.text, t2.text)
+    np.testing.assert_array_equal(played[:len(queued[2])], queued[2])
+    loop, (u1, u2), _, _ = _barge_over(product_stages, de, first, second, "en", barge_in="pause")
+    assert not u2.resaid
+    # "... on the tip of the mountain ... and the rest of the world is fully isolated" against "and is the rest of ..."
+    assert "mountain" in t2.translation.lower() and "mountain" not in u2.translation.lower(), \
+        (t2.translation, u2.translation)
+    assert len(t2.translation.split()) > len(u2.translation.split())
 
 
 def test_words_heard_at_a_pause_are_said_when_the_whole_utterance_gives_none(stages):

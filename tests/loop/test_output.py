@@ -1,4 +1,4 @@
-"""SpeechQueue: back-pressure, first-output marks, barge-in (duck, pause, stop, continue) and shedding."""
+"""SpeechQueue: back-pressure, first-output marks, barge-in (duck, pause, stop, continue, resay) and shedding."""
 
 import numpy as np
 import pytest
@@ -46,7 +46,8 @@ def test_duck_lowers_the_speech_until_resume():
     np.testing.assert_allclose(out, 1.0)
 
 
-def test_pause_plays_silence_and_then_every_sample_it_held():
+@pytest.mark.parametrize("policy", ["pause", "resay"])  # resay holds as pause does; the loop may then stop it
+def test_pause_plays_silence_and_then_every_sample_it_held(policy):
     q, sink = _queue(capacity=512)
     heard, waiting = UtteranceTrace(1), UtteranceTrace(2)
     speech = np.arange(1, 801, dtype=np.float32)
@@ -56,7 +57,7 @@ def test_pause_plays_silence_and_then_every_sample_it_held():
     out = np.empty(256, np.float32)
     sink.consume(out, 0)  # the first utterance has begun playing
     played = [out.copy()]
-    assert q.barge_in("pause") == []
+    assert q.barge_in(policy) == []
     for _ in range(3):  # the person talks: silence, nothing read, no mark fires, the far end hears silence
         sink.consume(out, 1_000)
         np.testing.assert_array_equal(out, 0.0)

@@ -150,7 +150,7 @@ def test_loudspeaker_mode_is_run_s_loudspeaker_flags():
     """The bench's loudspeaker pass sets what `edge-rt run --loudspeaker` sets without other flags."""
     headset = LoopOptions(target="pt", turn=TurnOptions())
     loud = loudspeaker_mode(headset)
-    assert loud.frontend is not None and loud.frontend.echo_cancellation and loud.barge_in == "pause"
+    assert loud.frontend is not None and loud.frontend.echo_cancellation and loud.barge_in == "resay"
     assert loud.turn == _turn_options(build_parser().parse_args(["run", "--to", "pt", "--loudspeaker"]))
     assert headset.frontend is None and headset.turn == TurnOptions()  # the headset run's options untouched
     assert loudspeaker_mode(LoopOptions(target="pt", turn=None)).turn is None  # --no-turn-policy stays plain
