@@ -42,7 +42,7 @@ class UtteranceTrace:
     redecoded: bool = False  # its words are a beam's, after a greedy decode Whisper was unsure of (redecode)
     split: bool = False  # its words are its pieces', after a decode that said too little for its length (split.py)
     lent: bool = False  # its words start in the utterance the unsure gate dropped before it (ContextOptions.lend_within_s)
-    resaid: bool = False  # its translation is the whole sentence's, with the utterance it talked over (barge_in "resay")
+    resaid: bool = False  # its translation is the whole sentence's, with the one it talked over (barge_in "resay")
     t_ns: dict[str, int] = field(default_factory=dict)
 
     def stamp(self, event: str, t_ns: int) -> None:
