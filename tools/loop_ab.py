@@ -75,7 +75,7 @@ KNOBS = {
                                                                lend_within_s=None if v == "off" else float(v))},
     # loudspeaker mode in parts: off (a headset), frontend (its capture front end alone), frontend+64 (with
     # complete_after_ms 64, loudspeaker mode's until 2026-12-06), on (all of `run --loudspeaker`: also barge-in
-    # pause; loop.options.loudspeaker_mode), on+MS (all of it with complete_after_ms MS)
+    # resay, pause before 2026-12-06; loop.options.loudspeaker_mode), on+MS (all of it with complete_after_ms MS)
     "loudspeaker": lambda v: _loudspeaker(v),
     # what someone talking over the translated speech does to it, with a headset (LoopOptions.barge_in)
     "barge_in": lambda v: {"barge_in": v},
@@ -126,16 +126,20 @@ def main(argv=None) -> int:
     ap.add_argument("--vary", default="complete_after_ms=64,256", metavar="KEY=A,B",
                     help="the knob and its two values: complete_after_ms=64,256, beam_size=1,5 or redecode=off,-0.5")
     ap.add_argument("--limit", type=int, default=None, help="at most this many clips")
-    ap.add_argument("--no-paused", action="store_true", help="only the clips as recorded")
-    ap.add_argument("--paused-only", action="store_true", help="only the paused set (a pause inserted in each clip)")
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--no-paused", action="store_true", help="only the clips as recorded")
+    which.add_argument("--paused-only", action="store_true", help="only the paused set (a pause inserted in each clip)")
     ap.add_argument("--ids", default=None, help="only these clips (comma-separated ids)")
     args = ap.parse_args(argv)
     options = bench.BenchOptions(pack=args.pack, baseline=False, backend="cpu")
-    _, stages = bench.load_bench_stages(options)
     clips = bench.load_clips(options)
     if args.ids:
-        clips = [c for c in clips if c["id"] in args.ids.split(",")]
+        ids = args.ids.split(",")
+        if unknown := set(ids) - {c["id"] for c in clips}:
+            ap.error(f"--ids: no clip {', '.join(sorted(unknown))} in the speech set's manifest")
+        clips = [c for c in clips if c["id"] in ids]
     clips = clips[: args.limit]
+    _, stages = bench.load_bench_stages(options)
     key, _, values = args.vary.partition("=")
     if key not in KNOBS or len(values.split(",")) < 2:
         ap.error(f"--vary takes KEY=A,B[,C...] with KEY one of {', '.join(KNOBS)}, got {args.vary!r}")
