@@ -132,7 +132,6 @@ class Loop:
         self._ready_tone = (ready_tone(sink.rate, options.frontend.ready_tone_ms, options.frontend.ready_tone_db)
                             if self._frontend is not None and self._frontend.cancels_echo else None)
         self._barged = False  # someone talks over the speech: ducked until their utterance ends
-        self._holding = False  # barge_in "resay": the speech stays held until the utterance's translation is known
         self._clauses: Iterator | None = None  # the rest of the current translation's clauses
         self._clause_open = False  # the last chunk queued was not its clause's last (a streamed sentence)
         self._resampler = None  # the current clause's soxr stream when the sink runs at another rate
@@ -273,10 +272,9 @@ class Loop:
             return
         utt, self._current = self._current, None
         barged, self._barged = self._barged, False
-        if barged and not self._holding:
+        if barged and (utt is None or utt.resay is None):  # resay: held until its translation is known (_release)
             self._speech.resume()
         if utt is None:
-            self._release(False)
             return
         tr = utt.trace
         tr.end_sample = event.sample
@@ -288,7 +286,7 @@ class Loop:
             self.overload.utterances_dropped += 1
             tr.dropped = f"overload: {lag:.1f} s behind the microphone, dropped without decoding"
             self._close(tr)
-            self._release(False)
+            self._release(utt.resay, False)
             return
         try:
             self._finalize(tr, utt.speculation, utt.heard, utt.resay)
@@ -301,7 +299,7 @@ class Loop:
         except Exception as e:  # a stage failed on this utterance: drop it, keep listening
             self._stage_failed(e, tr)
         finally:
-            self._release(False)  # no translation of the whole: the held speech plays on
+            self._release(utt.resay, False)  # no translation of the whole: the held speech plays on
         if barged and self._frontend is not None and not ((tr.text or "") + (tr.translation or "")).strip():
             # It opened over our speech and held no word: a residual of our own voice passed the echo gate, so
             # AEC3 is not where it was; openings wait again as while it first converged (FrontEnd.reconverge).
@@ -516,7 +514,7 @@ class Loop:
             tr.dropped = "empty translation"
             self._close(tr)
             return
-        self._release(hyp.resaid)  # barge_in "resay": the held speech plays on, or this translation takes its place
+        self._release(resay, hyp.resaid)  # barge_in "resay": the held speech plays on, or this translation replaces it
         # Streaming TTS: the first clause now, the rest one per iteration.
         self._finish_previous()
         if hyp.speech is None:  # not synthesized during the pause (or nothing to speak): the first clause now
@@ -529,8 +527,7 @@ class Loop:
         self._clauses = clauses
         self._clause_open = False
         self._clause_trace = tr
-        self._said = (_Said(tr, resay.start, hyp.whole) if hyp.resaid and resay is not None
-                      else _Said(tr, tr.start_sample, tr.text))
+        self._said = _Said(tr, resay.start, hyp.whole) if hyp.resaid else _Said(tr, tr.start_sample, tr.text)
         self._next_clause()
         # A streamed clause comes 0.37 s at a time: queue speech_lead_s before the work that follows (the
         # source caption, the next utterance's partials) holds the worker, or the speaker hears a gap.
@@ -616,7 +613,6 @@ class Loop:
         self._barged = True
         if policy == "resay":
             self._current.resay = self._resumed()
-            self._holding = self._current.resay is not None
         self._stop_speech(policy, "barge-in: its speech was stopped before it was heard")
 
     def _stop_speech(self, policy: str, why: str) -> None:
@@ -640,12 +636,11 @@ class Loop:
             return None
         return said
 
-    def _release(self, resaid: bool) -> None:
-        """End barge_in "resay"'s hold: the held speech plays on, or (``resaid``) is dropped for a translation of
-        the whole sentence. Once per barged utterance; nothing when none holds."""
-        if not self._holding:
+    def _release(self, resay: _Said | None, resaid: bool) -> None:
+        """End barge_in "resay"'s hold of the speech covering ``resay`` (None: the utterance held none): it plays on,
+        or (``resaid``) is dropped for a translation of the whole sentence. Again after that: plays on."""
+        if resay is None:
             return
-        self._holding = False
         if resaid:
             self.resaid += 1
             self._stop_speech("stop", "resaid: its translation was spoken with the next utterance's")
