@@ -13,8 +13,10 @@ audio decoded after its last speech frame) or
 ``lend_within_s`` (ContextOptions: ``off`` or the seconds within which a dropped utterance is lent to the next)
 or ``loudspeaker`` (``off``, ``frontend``, ``frontend+64``, ``on``: `run --loudspeaker` in parts; ``on+MS``: all of
 it with ``complete_after_ms`` MS; each with ``-tone``: no ready tone, ``-echo``: no echo path; a run with the front
-end hears its own playback 6 dB down and 40 ms late, as in `bench --loudspeaker`; ``-lag``: decodes do not undo
-the front end's 10-18 ms lag, as before 2026-12-06; ``on@POLICY``: barge-in POLICY instead of loudspeaker mode's)
+end hears its own playback 6 dB down and 40 ms late, as in `bench --loudspeaker`; ``-pass``: the front end's output
+even where nothing played, no passthrough (FrontEndOptions.passthrough_after_ms None); ``on@POLICY``: barge-in POLICY
+instead of loudspeaker mode's). With a loudspeaker value among them, every setting's clip comes after the same
+silence (bench.LOUDSPEAKER_LEAD)
 or ``barge_in`` (LoopOptions: what someone talking over our speech does to it, with a headset). More than two
 values are run in turn, each first on one clip in N; the ratios are against the first.
 Prints per clip and setting the turn latency, whether a translation started before the speaker's final
@@ -25,7 +27,7 @@ and their paused versions with two settings).
 
     python tools/loop_ab.py [--vary complete_after_ms=64,256 | beam_size=1,5 | redecode=off,-0.5 | preroll_ms=192,320 | postroll_ms=0,64
                              | noisy_preroll=off,20 | repeat_words=off,3 | lend_within_s=off,2
-                             | loudspeaker=off,frontend,frontend+64,on | loudspeaker=on+64,on | loudspeaker=off,on-tone,on
+                             | loudspeaker=off,frontend,frontend+64,on | loudspeaker=on+64,on | loudspeaker=off,on-tone,on | loudspeaker=off,on-pass,on
                              | loudspeaker=on@pause,on | barge_in=continue,resay]
                             [--limit N] [--ids ID,ID]
                             [--no-paused | --paused-only]
@@ -34,7 +36,6 @@ and their paused versions with two settings).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import sys
 from pathlib import Path
@@ -89,35 +90,19 @@ def _loudspeaker(v: str) -> dict:
              "frontend+64": {"frontend": FrontEndOptions(), "turn": dataclasses.replace(TurnOptions(), complete_after_ms=64)},
              "on": {"loudspeaker": True}}
     v, _, barge_in = v.partition("@")  # on@duck: barge-in duck instead of loudspeaker mode's default
-    # on-tone: no ready tone; on-echo: no echo path; on-lag: decodes slice at capture indices, not undoing the front
-    # end's lag (as before 2026-12-06: Loop._heard); on-tone-echo: neither tone nor echo
+    # on-tone: no ready tone; on-echo: no echo path; on-pass: no passthrough where nothing played (the front end's
+    # output always, FrontEndOptions.passthrough_after_ms None); on-tone-echo: neither tone nor echo
     base, *without = v.split("-")
     if base.startswith("on+") and base[3:].isdigit():  # all of it, with another complete_after_ms
         out = {"loudspeaker": True, "turn": dataclasses.replace(TurnOptions(), complete_after_ms=int(base[3:]))}
-    elif base in parts and set(without) <= {"tone", "echo", "lag"}:
+    elif base in parts and set(without) <= {"tone", "echo", "pass"}:
         out = dict(parts[base])
     else:
-        raise SystemExit(f"--vary loudspeaker takes {', '.join(parts)} or on+MS, each with -tone, -echo and/or -lag; got {v!r}")
+        raise SystemExit(f"--vary loudspeaker takes {', '.join(parts)} or on+MS, each with -tone, -echo and/or -pass; got {v!r}")
     if barge_in and (barge_in not in BARGE_IN or not out.get("loudspeaker")):
         raise SystemExit(f"--vary loudspeaker: @POLICY goes with on (on@duck), POLICY one of {', '.join(BARGE_IN)}; got {v!r}")
-    return {**out, "_tone": "tone" not in without, "_echo": "echo" not in without, "_lag": "lag" not in without,
+    return {**out, "_tone": "tone" not in without, "_echo": "echo" not in without, "_pass": "pass" not in without,
             **({"barge_in": barge_in} if barge_in else {})}
-
-
-@contextlib.contextmanager
-def _lag_undone(undo: bool):
-    """With ``undo`` False, loops built inside decode at capture indices as before 2026-12-06 (FrontEnd.lag 0)."""
-    if undo:
-        yield
-        return
-    from edge_rt.audio.frontend import FrontEnd
-
-    original = FrontEnd.lag
-    FrontEnd.lag = property(lambda self: 0)
-    try:
-        yield
-    finally:
-        FrontEnd.lag = original
 
 
 def main(argv=None) -> int:
@@ -145,6 +130,8 @@ def main(argv=None) -> int:
         ap.error(f"--vary takes KEY=A,B[,C...] with KEY one of {', '.join(KNOBS)}, got {args.vary!r}")
     names = [f"{key}={v}" for v in values.split(",")]
     setting = {n: KNOBS[key](v) for n, v in zip(names, values.split(","))}
+    # with a loudspeaker setting among them, every setting's clip comes after the same silence (bench.LOUDSPEAKER_LEAD)
+    lead = any(s.get("loudspeaker") or s.get("frontend") for s in setting.values())
     rows: dict[str, list] = {"real": [], "paused": []}
     k = 0
     for clip in clips:
@@ -161,17 +148,19 @@ def main(argv=None) -> int:
             for name in order:
                 loop_opts = options.loop_options(options.target_for(clip["lang"]))
                 extra = dict(setting[name])
-                tone, echo, lag = extra.pop("_tone", True), extra.pop("_echo", True), extra.pop("_lag", True)
+                tone, echo, passing = extra.pop("_tone", True), extra.pop("_echo", True), extra.pop("_pass", True)
                 if extra.pop("loudspeaker", False):
                     loop_opts = loudspeaker_mode(loop_opts)
                 loop_opts = dataclasses.replace(loop_opts, **extra)
                 if loop_opts.frontend is not None and not tone:
                     loop_opts = dataclasses.replace(loop_opts, frontend=dataclasses.replace(loop_opts.frontend,
                                                                                             ready_tone_ms=0))
+                if loop_opts.frontend is not None and not passing:
+                    loop_opts = dataclasses.replace(loop_opts, frontend=dataclasses.replace(loop_opts.frontend,
+                                                                                            passthrough_after_ms=None))
                 # loudspeaker runs hear their playback as `bench --loudspeaker` does (6 dB down, 40 ms late)
-                with _lag_undone(lag):
-                    run = bench.run_clip(stages, a, loop_opts, options.tail_s,
-                                         EchoPath() if loop_opts.frontend is not None and echo else None)
+                run = bench.run_clip(stages, a, loop_opts, options.tail_s,
+                                     EchoPath() if loop_opts.frontend is not None and echo else None, lead=lead)
                 t, taking = run.turn(end), run.taking(end, pauses)
                 result[name] = (t.latency_ms, taking.talk_over, run.captions.final_text(), taking.finish_lag_ms,
                                 sum(tr.resaid for tr in run.traces))

@@ -8,16 +8,20 @@ time, so capture index -> time -> played index (see :class:`FarEnd`).
 WebRTC processes 10 ms frames (160 samples) and a hop is 512 samples, which is not a multiple: the
 front end keeps the remainder (< 160 samples) for the next hop and hands out processed audio with a fixed
 delay of :data:`DELAY` samples (10 ms), so every hop gets exactly as many processed samples as it brought.
-The loop keeps the hop's sample indices: the cleaned audio is 10 ms later than its index says, 18 ms with
-echo cancellation on (AEC3 itself delays the capture by :data:`AEC3_LAG`: measured, tests/audio), inside
-the VAD's 32 ms frame (:attr:`FrontEnd.lag`). The VAD and the endpointer read the cleaned history as it is;
-every decode slices it ``lag`` samples on (``Loop._heard``), so Whisper hears what it heard without the
-front end, up to the word's last 10-18 ms that the VAD's last speech frame no longer covers.
+The cleaned audio is 10 ms later than the capture, 18 ms with echo cancellation on (AEC3 itself delays it by
+:data:`AEC3_LAG`: measured, tests/audio): :attr:`FrontEnd.lag`. The loop's sample indices are the output's: the VAD,
+the endpointer and every decode read the same history (a decode hears what the VAD framed), and the trace's times
+are taken ``lag`` samples earlier, when that audio was captured.
+
+Pass-through: where nothing of ours can be in the capture (the far end silent for ``passthrough_after_ms``), the
+front end hands out the capture itself, ``lag`` samples late like its output, so the VAD, the endpointer and
+Whisper get what a headset gives them; AEC3 still processes every frame, and its output takes over at the first
+hop whose far end carries sound, before that sound's echo can reach the microphone.
 
 Echo gate: where AEC3 leaves a residual of our own speech, the endpointer must not open on it. While the
 tap shows our speech (or did within ``echo_gate_hold_ms``), a hop whose cleaned energy is below the far
 end's by more than ``echo_gate_db`` is echo, not a talker (:attr:`FrontEnd.echo`); the loop reads it
-as silence until an utterance has opened. All buffers are
+as silence until an utterance has opened (the VAD hears zeros there). All buffers are
 allocated at start; the only allocation per hop is the array pywebrtc-audio returns (and soxr's, when the
 sink runs at another rate than 16 kHz).
 
@@ -101,6 +105,15 @@ class FrontEndOptions:
     # The loop plays it once, at start.
     ready_tone_ms: int = 500
     ready_tone_db: float = -20.0
+    # Where nothing of ours can be in the capture, the front end hands out the capture itself (as late as its output,
+    # so nothing downstream sees a jump): the far end silent for this long (None: always its output). With nothing
+    # to cancel, AEC3's filtering and the high-pass still moved the VAD and Whisper off what a headset gives them:
+    # offline, the same French sentence with nothing played (fr_fleurs_test_000) ended in a sentence-final mark of
+    # 0.64 as captured and 0.34 through AEC3, and in `bench --loudspeaker` the turn policy held four clean clips of
+    # the 33 to max_pause (1.1 s) that the headset run ended "complete" (fr_fleurs_ski 608 -> 1108 ms). With noise
+    # suppression on, the output always (suppression is meant for Whisper). 320 ms: the 40-ms loop-back, a sound
+    # card's output latency and a room's tail to ~30 dB down; not tuned.
+    passthrough_after_ms: int | None = 320
 
     def __post_init__(self):
         if not 0 <= self.ns_level <= 3:
@@ -117,6 +130,14 @@ class FrontEndOptions:
         if not 0 <= self.ready_tone_ms <= 5000 or not -60.0 <= self.ready_tone_db <= -3.0:
             raise ValueError(f"ready_tone_ms must be 0..5000 and ready_tone_db -60..-3 dBFS, got "
                              f"{self.ready_tone_ms} and {self.ready_tone_db}")
+        if self.passthrough_after_ms is not None and not 0 <= self.passthrough_after_ms <= 5000:
+            raise ValueError(f"passthrough_after_ms must be 0..5000 ms or None (always the front end's output), "
+                             f"got {self.passthrough_after_ms}")
+
+    @property
+    def lag(self) -> int:
+        """Samples the front end's output lies behind its capture index (see :attr:`FrontEnd.lag`)."""
+        return DELAY + (AEC3_LAG if self.echo_cancellation else 0)
 
 
 _SILENT_MS = 1e-8  # a far-end hop's mean square below this (-80 dBFS) is silence: nothing of ours played
@@ -204,6 +225,15 @@ class FrontEnd:
         self._converged_hops = int(options.converging_s * 1000 / VAD_FRAME_MS)
         self._not_echo_run = 0
         self.held = False  # the last hop may be a talker but AEC3 has not converged: do not open on it yet
+        # Passing the capture through where nothing of ours played (FrontEndOptions.passthrough_after_ms): the last
+        # `lag` captured samples (the delay line), one past the capture index of the last hop whose far end carried
+        # sound (None: none yet), and how many hops were handed out as captured.
+        self._raw = np.zeros(options.lag + VAD_FRAME, np.float32)
+        self._pass_after = (None if options.passthrough_after_ms is None or far is None or options.noise_suppression
+                            else options.passthrough_after_ms * SAMPLE_RATE // 1000)
+        self.far_until: int | None = None
+        self.passed = False  # the last hop was handed out as captured
+        self.passed_hops = 0
 
     def reconverge(self) -> None:
         """Hold openings again as while AEC3 first converged (the next ``converging_s`` of our speech).
@@ -222,7 +252,7 @@ class FrontEnd:
     @property
     def lag(self) -> int:
         """Samples the cleaned audio lies behind its capture index: what was heard at index i is at i + lag."""
-        return DELAY + (AEC3_LAG if self.options.echo_cancellation else 0)
+        return self.options.lag
 
     @property
     def cancels_echo(self) -> bool:
@@ -239,10 +269,14 @@ class FrontEnd:
         """Replace ``hop`` (capture samples from index ``first``) by processed audio DELAY samples older."""
         n, p = len(hop), self._pending
         self._near[p : p + n] = hop
+        lag = len(self._raw) - VAD_FRAME
+        self._raw[lag : lag + n] = hop
         if self._far is not None:
             ref = self._ref[p : p + n]
             self._far.read(self._clock.ns(first), ref)
-            self._far_ms[self.hops % len(self._far_ms)] = float(np.dot(ref, ref)) / max(n, 1)
+            self._far_ms[self.hops % len(self._far_ms)] = far_ms = float(np.dot(ref, ref)) / max(n, 1)
+            if far_ms > _SILENT_MS:
+                self.far_until = first + n
         m = (p + n) // FRAME * FRAME
         if m:
             y = self._ap.process(self._near[:m], self._ref[:m] if self._far is not None else None)
@@ -254,7 +288,12 @@ class FrontEnd:
             self._pending = rest
         else:
             self._pending = p + n
-        hop[:] = self._out[:n]
+        # as late as the output: the delay line holds capture [first - lag, first + n)
+        self.passed = self._pass_after is not None and (self.far_until is None
+                                                        or self.far_until + self._pass_after <= first - lag)
+        hop[:] = self._raw[:n] if self.passed else self._out[:n]
+        self.passed_hops += self.passed
+        self._raw[:lag] = self._raw[n : n + lag]
         self._out[: self._ready - n] = self._out[n : self._ready]
         self._ready -= n
         self.hops += 1

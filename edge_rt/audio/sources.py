@@ -134,7 +134,7 @@ class PacedFileSource(PacedSource):
 
     def __init__(self, audio: np.ndarray, tail_s: float = 2.0, lead_s: float = 0.0, speed: float = 1.0):
         super().__init__(speed)
-        lead = np.zeros(int(lead_s * SAMPLE_RATE), np.float32)
+        lead = np.zeros(round(lead_s * SAMPLE_RATE), np.float32)
         tail = np.zeros(int(tail_s * SAMPLE_RATE), np.float32)
         self._audio = np.concatenate([lead, audio.astype(np.float32), tail])
 

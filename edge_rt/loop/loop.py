@@ -113,6 +113,7 @@ class Loop:
         self._errors_in_row = 0
         self._reported: BaseException | None = None  # already passed to on_error
         self._hop = np.empty(VAD_FRAME, np.float32)
+        self._quiet = np.zeros(VAD_FRAME, np.float32)  # what the VAD hears for a hop of our own echo
         self._stop = threading.Event()
         self._current: _Utterance | None = None
         self._speech = SpeechQueue(sink)  # synthesized, not yet accepted by the sink
@@ -121,12 +122,10 @@ class Loop:
         # Echo cancellation before the VAD (audio/frontend.py): the VAD, the history (ASR) and observers
         # get the cleaned hop.
         self._frontend = FrontEnd.for_loop(options.frontend, source.clock, sink) if options.frontend else None
-        # The front end hands back each hop's audio `lag` samples late, and the VAD finds an utterance's end on that
-        # late audio: its last speech frame is the same frame as without the front end, and slicing up to it cut the
-        # last `lag` samples of the word's end (10-18 ms). Whisper then wrote no final period and the turn policy
-        # waited to max_pause (en_fleurs_luna: 388-447 ms without the front end, 1068 ms with WebRTC passing the
-        # audio through unchanged; tests/loop/test_loop.py).
-        # Every decode slices [start + lag, end + lag): the audio it had without the front end.
+        # The front end hands back each hop's audio `lag` samples late (10-18 ms), and the loop's sample indices are
+        # its output's: the VAD, the endpointer and every decode read the same history, so a decode hears exactly the
+        # audio the VAD framed (where nothing of ours played, the capture itself: FrontEndOptions.passthrough_after_ms).
+        # Sample i was captured at index i - lag: the trace's times are taken there.
         self._lag = self._frontend.lag if self._frontend is not None else 0
         # Played once at start so AEC3 learns the loudspeaker's echo path before anyone talks (audio/tone.py).
         self._ready_tone = (ready_tone(sink.rate, options.frontend.ready_tone_ms, options.frontend.ready_tone_db)
@@ -242,9 +241,12 @@ class Loop:
         self.hops += 1
         for o in self.observers:
             o.on_hop(first, self._hop[:n])
-        p = self.stages.vad(self._hop)
-        if self._current is None and self._frontend is not None and (self._frontend.echo or self._frontend.held):
-            p = 0.0  # our own speech's residual echo: no utterance opens on it (audio/frontend.py, echo gate)
+        # our own speech's residual echo: no utterance opens on it (audio/frontend.py, echo gate), and the VAD hears
+        # silence there, as with a headset (its recurrent state keeps nothing of our voice)
+        ours = self._current is None and self._frontend is not None and (self._frontend.echo or self._frontend.held)
+        p = self.stages.vad(self._quiet if ours else self._hop)
+        if ours:
+            p = 0.0
         frame = (first + n) // VAD_FRAME - 1
         for event in self.endpointer.push(frame, p):
             self._on_event(event)
@@ -266,7 +268,7 @@ class Loop:
                 start = noisy_start(self.history, start, opened, now, self.endpointer.previous_end,
                                     self.options.noisy_preroll)
             tr = UtteranceTrace(self._count, start_sample=start)
-            tr.stamp("speech_start", clock.ns(start))
+            tr.stamp("speech_start", clock.ns(start - self._lag))
             self._current = _Utterance(tr, next_partial=start + int(self.options.min_partial_s * SAMPLE_RATE))
             self._barge_in()
             return
@@ -278,7 +280,7 @@ class Loop:
             return
         tr = utt.trace
         tr.end_sample = event.sample
-        tr.stamp("speech_end", clock.ns(event.sample))
+        tr.stamp("speech_end", clock.ns(event.sample - self._lag))
         tr.stamp("end_detected", clock.now_ns())
         tr.end_reason = event.reason
         lag = self._capture_lag_s()
@@ -435,11 +437,11 @@ class Loop:
         none at a max-length split (the next utterance starts there), else as many as were captured, up to it."""
         if reason == "max_length":
             return 0
-        return max(0, min(self.options.endpoint.postroll_samples, self.history.end - self._lag - end))
+        return max(0, min(self.options.endpoint.postroll_samples, self.history.end - end))
 
     def _heard(self, a: int, b: int) -> np.ndarray:
-        """The audio heard at capture samples [a, b) (the front end's lag undone; up to what is there now)."""
-        return self.history.slice(a + self._lag, b + self._lag)
+        """The audio of samples [a, b) (up to what is there now): what the VAD heard there."""
+        return self.history.slice(a, b)
 
     def _recognize(self, start: int, end: int, tail: int = 0, resay: _Said | None = None) -> Hypothesis:
         """One Whisper pass + MT of capture samples [start, end + tail) (see :func:`recognize`; ``tail``: the

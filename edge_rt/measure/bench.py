@@ -252,15 +252,24 @@ class LiveRun:
 
 
 # In loudspeaker mode a clip starts this long after the loop (its ready tone, 0.5 s, then quiet): a kiosk's service
-# has started before anyone talks to it.
-LOUDSPEAKER_LEAD_S = 1.0
+# has started before anyone talks to it. A headset run compared with it (`bench --loudspeaker`, tools/loop_ab.py)
+# gets the same lead of silence, and the loudspeaker run's lead is shorter by the front end's lag (run_clip): the front
+# end hands out the capture `lag` samples late, so the VAD frames the clip as in the headset run (its 512-sample frames
+# over the same samples of the clip, after as much silence) and, where nothing played, the two runs hear the same
+# audio; they differ by the mode, not by where the frames fall (with 1.0 s for the loudspeaker run and none for the
+# headset's, fr_fleurs_test_000's utterance opened 384 samples later than the headset's with nothing played, and its
+# transcript differed).
+LOUDSPEAKER_LEAD = 32 * VAD_FRAME  # 1.024 s
 
 
 def run_clip(stages: Stages, audio: np.ndarray, options: LoopOptions, tail_s: float,
-             echo: EchoPath | None = None) -> LiveRun:
-    """One clip through the live loop at real-time pace; ``echo``: the sink's playback heard by the capture."""
-    lead_s = LOUDSPEAKER_LEAD_S if options.frontend is not None else 0.0
-    source = PacedFileSource(audio, tail_s=tail_s, lead_s=lead_s)
+             echo: EchoPath | None = None, lead: bool | None = None) -> LiveRun:
+    """One clip through the live loop at real-time pace; ``echo``: the sink's playback heard by the capture; ``lead``:
+    the clip comes after :data:`LOUDSPEAKER_LEAD` of silence (None: with a front end, as in loudspeaker mode)."""
+    if lead is None:
+        lead = options.frontend is not None
+    lead = LOUDSPEAKER_LEAD - (options.frontend.lag if options.frontend is not None else 0) if lead else 0
+    source = PacedFileSource(audio, tail_s=tail_s, lead_s=lead / SAMPLE_RATE)
     sink = PlayoutSink(stages.tts.sample_rate(options.target), echo_tap=echo is not None)
     if echo is not None:
         source.echo = LoopBack(sink.echo_tap, echo)
@@ -269,7 +278,7 @@ def run_clip(stages: Stages, audio: np.ndarray, options: LoopOptions, tail_s: fl
     traces = loop.run()
     return LiveRun(list(traces), source.clock, captions, sink.last_played_ns,
                    loop.phrases.stats.as_dict() if loop.phrases is not None else None, loop.partials_stopped,
-                   loop.redecoded, int(lead_s * SAMPLE_RATE))
+                   loop.redecoded, lead)
 
 
 @dataclass(frozen=True)
@@ -337,7 +346,8 @@ def _measure_clip(stages, peer, c: dict, options: BenchOptions, paused: PausedCl
     turn, traces, taking, live_text, phrases, stopped = Turn(None, None, "not run"), [], None, "", None, 0
     redecoded = 0
     if options.live:
-        run = run_clip(stages, audio, loop_opts, options.tail_s)
+        # beside a loudspeaker run of the clip (bench --loudspeaker): after as much silence as that run
+        run = run_clip(stages, audio, loop_opts, options.tail_s, lead=options.loudspeaker)
         traces, live_text, phrases, stopped = run.traces, run.captions.final_text(), run.phrases, run.partials_stopped
         redecoded = run.redecoded
         turn = run.turn(end)

@@ -121,13 +121,80 @@ def test_echo_cancellation_passes_clean_speech_aec3_lag_later(speech_dir):
     """Nothing played yet (an all-zero reference): AEC3 + high-pass hand the speech back whole, DELAY +
     AEC3_LAG samples late (the loop's history is that much behind its indices; tests the constant)."""
     x = read_audio(speech_dir / "en_jfk.wav")[: 4 * SAMPLE_RATE]
-    y, echo = _run_with_sink(x, RingSink(SAMPLE_RATE))
+    y, echo = _run_with_sink(x, RingSink(SAMPLE_RATE), FrontEndOptions(passthrough_after_ms=None))
     assert not echo.any()  # nothing played: the gate never calls a hop echo
     lag = DELAY + AEC3_LAG
     seg = slice(SAMPLE_RATE, 3 * SAMPLE_RATE)
     at = {d: float(np.corrcoef(y[seg.start + d : seg.stop + d], x[seg])[0, 1]) for d in (DELAY, lag)}
     assert at[lag] > 0.9 and at[DELAY] < 0.5, at
     assert abs(_db(y[seg.start + lag : seg.stop + lag]) - _db(x[seg])) < 1.0
+
+
+def test_where_nothing_was_played_the_capture_passes_through_as_late_as_the_output(speech_dir):
+    """Nothing played: the front end hands out the capture itself, exactly ``lag`` samples late (the VAD and Whisper
+    hear what a headset gives them); not with passthrough off, nor with noise suppression on (meant for Whisper)."""
+    x = read_audio(speech_dir / "en_jfk.wav")[: 3 * SAMPLE_RATE]
+    lag = DELAY + AEC3_LAG
+    assert FrontEndOptions().lag == lag and FrontEndOptions(echo_cancellation=False).lag == DELAY
+    m = len(x) // VAD_FRAME * VAD_FRAME  # the whole hops processed
+    y, _ = _run_with_sink(x, RingSink(SAMPLE_RATE))
+    np.testing.assert_array_equal(y[:lag], 0)
+    np.testing.assert_array_equal(y[lag:m], x[: m - lag])
+    for options in (FrontEndOptions(passthrough_after_ms=None), FrontEndOptions(noise_suppression=True)):
+        y, _ = _run_with_sink(x, RingSink(SAMPLE_RATE), options)
+        assert np.abs(y[lag:m] - x[: m - lag]).max() > 0.01, options  # AEC3 and the high-pass change the waveform
+    with pytest.raises(ValueError, match="passthrough_after_ms"):
+        FrontEndOptions(passthrough_after_ms=-1)
+
+
+def test_passthrough_stops_before_our_speech_is_heard_and_resumes_after_it(speech_dir):
+    """1 s of quiet, then en_jfk played and heard 6 dB down, 40 ms late, then a person 1 s after it. The capture
+    passes through until the first hop whose reference carries our speech (before its echo reaches the microphone),
+    AEC3's output is handed out while it plays and for ``passthrough_after_ms`` after it, then the capture again:
+    the person comes out as captured."""
+    far16 = read_audio(speech_dir / "en_jfk.wav")[: 4 * SAMPLE_RATE]
+    person = read_audio(speech_dir / "en_librispeech_1089-134686-0000.wav")[: 2 * SAMPLE_RATE]
+    sink = RingSink(SAMPLE_RATE, capacity=1 << 20)
+    quiet = SAMPLE_RATE  # the sink plays silence first (its tap records it: nothing of ours)
+    assert sink.write(np.concatenate([np.zeros(quiet, np.float32), far16.astype(np.float32)])) == quiet + len(far16)
+    d = int(0.040 * SAMPLE_RATE)
+    played = slice(quiet, quiet + len(far16))  # the capture indices our speech is heard at (the tap's times)
+    p0 = played.stop + d + SAMPLE_RATE
+    near = np.zeros(p0 + len(person), np.float32)
+    near[played.start + d : played.stop + d] += 0.5 * far16
+    near[p0:] += person
+    clock = CaptureClock()
+    clock.anchor(0, T0)
+    options = FrontEndOptions()
+    fe = FrontEnd.for_loop(options, clock, sink)
+    buf = np.empty(320, np.float32)
+    consumed, out, passed = 0, np.zeros(len(near), np.float32), []
+    for first in range(0, len(near) - VAD_FRAME + 1, VAD_FRAME):
+        while consumed < first + VAD_FRAME + OUT_LATENCY:
+            sink.consume(buf, T0 + consumed * 1_000_000_000 // SAMPLE_RATE)
+            consumed += len(buf)
+        hop = near[first : first + VAD_FRAME].copy()
+        fe.process(first, hop)
+        out[first : first + VAD_FRAME] = hop
+        passed.append(fe.passed)
+    passed = np.array(passed)
+    lag = options.lag
+    far = np.zeros(len(near))
+    far[played] = far16
+    sounding = np.flatnonzero([np.mean(far[i : i + VAD_FRAME] ** 2) > 1e-8 for i in range(0, len(near), VAD_FRAME)])
+    first_hop, last_hop = sounding[0], sounding[-1]
+    assert passed[:first_hop].all() and not passed[first_hop : last_hop + 1].any()
+    # the last hop passed through ends, in the capture, before the first sample of our speech, so before its echo
+    assert first_hop * VAD_FRAME - lag <= np.flatnonzero(far)[0] + d
+    assert fe.far_until == (last_hop + 1) * VAD_FRAME
+    back = -(-(fe.far_until + options.passthrough_after_ms * SAMPLE_RATE // 1000 + lag) // VAD_FRAME)
+    assert not passed[last_hop : back].any() and passed[back:].all() and back * VAD_FRAME < p0
+    m = len(near) // VAD_FRAME * VAD_FRAME  # the whole hops processed
+    np.testing.assert_array_equal(out[p0 + lag : m], person[: m - p0 - lag])
+    assert fe.passed_hops == int(passed.sum())
+    # while we play, AEC3's output: the echo taken down
+    late = slice(played.start + 3 * SAMPLE_RATE, played.stop)
+    assert _db(near[late]) - _db(out[late.start + lag : late.stop + lag]) >= 20
 
 
 def test_echo_gate_marks_our_residual_echo_and_never_a_talker_after_it(speech_dir):
