@@ -266,7 +266,8 @@ class FrontEnd:
         return cls(options, clock, FarEnd(tap) if tap is not None and options.echo_cancellation else None)
 
     def process(self, first: int, hop: np.ndarray) -> None:
-        """Replace ``hop`` (capture samples from index ``first``) by processed audio DELAY samples older."""
+        """Replace ``hop`` (capture samples from index ``first``) by the front end's output, ``lag`` samples older:
+        processed, or the capture itself where nothing of ours played (``passthrough_after_ms``)."""
         n, p = len(hop), self._pending
         self._near[p : p + n] = hop
         lag = len(self._raw) - VAD_FRAME
