@@ -97,14 +97,14 @@ def test_options_are_validated():
         FrontEndOptions(converging_open_hops=-1)
 
 
-def _run_with_sink(near: np.ndarray, sink: RingSink, options: FrontEndOptions = FrontEndOptions(), held: bool = False):
+def _frontend_run(near: np.ndarray, sink: RingSink, options: FrontEndOptions = FrontEndOptions()):
     """``near`` through a front end whose reference is ``sink``'s tap (16 kHz, played OUT_LATENCY ahead of the
-    worker); returns the cleaned audio (still DELAY (+ AEC3_LAG) late) and each hop's echo flag."""
+    worker); returns the front end's output (lag samples late), each hop's echo, held and passed flags, the front end."""
     clock = CaptureClock()
     clock.anchor(0, T0)
     fe = FrontEnd.for_loop(options, clock, sink)
     buf = np.empty(320, np.float32)
-    consumed, out, echo, holds = 0, np.zeros(len(near), np.float32), [], []
+    consumed, out, flags = 0, np.zeros(len(near), np.float32), {"echo": [], "held": [], "passed": []}
     for first in range(0, len(near) - VAD_FRAME + 1, VAD_FRAME):
         while consumed < first + VAD_FRAME + OUT_LATENCY:
             sink.consume(buf, T0 + consumed * 1_000_000_000 // SAMPLE_RATE)
@@ -112,9 +112,15 @@ def _run_with_sink(near: np.ndarray, sink: RingSink, options: FrontEndOptions = 
         hop = near[first : first + VAD_FRAME].copy()
         fe.process(first, hop)
         out[first : first + VAD_FRAME] = hop
-        echo.append(fe.echo)
-        holds.append(fe.held)
-    return (out, np.array(echo), np.array(holds)) if held else (out, np.array(echo))
+        for k, v in flags.items():
+            v.append(getattr(fe, k))
+    return out, {k: np.array(v) for k, v in flags.items()}, fe
+
+
+def _run_with_sink(near: np.ndarray, sink: RingSink, options: FrontEndOptions = FrontEndOptions(), held: bool = False):
+    """:func:`_frontend_run`'s output and echo flags (and held flags)."""
+    out, flags, _ = _frontend_run(near, sink, options)
+    return (out, flags["echo"], flags["held"]) if held else (out, flags["echo"])
 
 
 def test_echo_cancellation_passes_clean_speech_aec3_lag_later(speech_dir):
@@ -163,21 +169,9 @@ def test_passthrough_stops_before_our_speech_is_heard_and_resumes_after_it(speec
     near = np.zeros(p0 + len(person), np.float32)
     near[played.start + d : played.stop + d] += 0.5 * far16
     near[p0:] += person
-    clock = CaptureClock()
-    clock.anchor(0, T0)
     options = FrontEndOptions()
-    fe = FrontEnd.for_loop(options, clock, sink)
-    buf = np.empty(320, np.float32)
-    consumed, out, passed = 0, np.zeros(len(near), np.float32), []
-    for first in range(0, len(near) - VAD_FRAME + 1, VAD_FRAME):
-        while consumed < first + VAD_FRAME + OUT_LATENCY:
-            sink.consume(buf, T0 + consumed * 1_000_000_000 // SAMPLE_RATE)
-            consumed += len(buf)
-        hop = near[first : first + VAD_FRAME].copy()
-        fe.process(first, hop)
-        out[first : first + VAD_FRAME] = hop
-        passed.append(fe.passed)
-    passed = np.array(passed)
+    out, flags, fe = _frontend_run(near, sink, options)
+    passed = flags["passed"]
     lag = options.lag
     far = np.zeros(len(near))
     far[played] = far16
