@@ -152,12 +152,9 @@ def main(argv=None) -> int:
                 if extra.pop("loudspeaker", False):
                     loop_opts = loudspeaker_mode(loop_opts)
                 loop_opts = dataclasses.replace(loop_opts, **extra)
-                if loop_opts.frontend is not None and not tone:
-                    loop_opts = dataclasses.replace(loop_opts, frontend=dataclasses.replace(loop_opts.frontend,
-                                                                                            ready_tone_ms=0))
-                if loop_opts.frontend is not None and not passing:
-                    loop_opts = dataclasses.replace(loop_opts, frontend=dataclasses.replace(loop_opts.frontend,
-                                                                                            passthrough_after_ms=None))
+                without = {**({} if tone else {"ready_tone_ms": 0}), **({} if passing else {"passthrough_after_ms": None})}
+                if loop_opts.frontend is not None and without:
+                    loop_opts = dataclasses.replace(loop_opts, frontend=dataclasses.replace(loop_opts.frontend, **without))
                 # loudspeaker runs hear their playback as `bench --loudspeaker` does (6 dB down, 40 ms late)
                 run = bench.run_clip(stages, a, loop_opts, options.tail_s,
                                      EchoPath() if loop_opts.frontend is not None and echo else None, lead=lead)

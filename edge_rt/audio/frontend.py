@@ -270,7 +270,7 @@ class FrontEnd:
         processed, or the capture itself where nothing of ours played (``passthrough_after_ms``)."""
         n, p = len(hop), self._pending
         self._near[p : p + n] = hop
-        lag = len(self._raw) - VAD_FRAME
+        lag = self.options.lag
         self._raw[lag : lag + n] = hop
         if self._far is not None:
             ref = self._ref[p : p + n]

@@ -268,8 +268,8 @@ def run_clip(stages: Stages, audio: np.ndarray, options: LoopOptions, tail_s: fl
     the clip comes after :data:`LOUDSPEAKER_LEAD` of silence (None: with a front end, as in loudspeaker mode)."""
     if lead is None:
         lead = options.frontend is not None
-    lead = LOUDSPEAKER_LEAD - (options.frontend.lag if options.frontend is not None else 0) if lead else 0
-    source = PacedFileSource(audio, tail_s=tail_s, lead_s=lead / SAMPLE_RATE)
+    silence = LOUDSPEAKER_LEAD - (options.frontend.lag if options.frontend is not None else 0) if lead else 0
+    source = PacedFileSource(audio, tail_s=tail_s, lead_s=silence / SAMPLE_RATE)
     sink = PlayoutSink(stages.tts.sample_rate(options.target), echo_tap=echo is not None)
     if echo is not None:
         source.echo = LoopBack(sink.echo_tap, echo)
@@ -278,7 +278,7 @@ def run_clip(stages: Stages, audio: np.ndarray, options: LoopOptions, tail_s: fl
     traces = loop.run()
     return LiveRun(list(traces), source.clock, captions, sink.last_played_ns,
                    loop.phrases.stats.as_dict() if loop.phrases is not None else None, loop.partials_stopped,
-                   loop.redecoded, lead)
+                   loop.redecoded, silence)
 
 
 @dataclass(frozen=True)
