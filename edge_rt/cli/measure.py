@@ -128,7 +128,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             s = r["loudspeaker"]
             console.print(f"loudspeaker mode: turn P50 {s['turn_latency_ms']['p50'] or 0:.0f} ms; against the headset run "
                           f"of the same clips, P50 x{s['p50_ratio'] or 0:.3f}, median of the per-clip ratios "
-                          f"x{s['per_clip_median_ratio'] or 0:.3f} ({s['clips_paired']} clips); talk-over "
+                          f"x{s['per_clip_median_ratio'] or 0:.3f} ({s['clips_paired']} clips; headset first "
+                          f"x{s['per_clip_median_ratio_by_first']['headset'] or 0:.3f}, loudspeaker first "
+                          f"x{s['per_clip_median_ratio_by_first']['loudspeaker'] or 0:.3f}); talk-over "
                           f"{_pct(s['talk_over_rate'])}, live English WER {s['live_wer_en']} % "
                           f"({'echo ' + str(s['echo']) if s['echo'] else 'no echo'})", highlight=False)
     return 0 if ok else 1

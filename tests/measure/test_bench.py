@@ -124,11 +124,29 @@ def test_bench_reports_turn_taking_on_real_clips_and_the_paused_set(tiny_pack):
     if c["turn_latency_ms"] and s["clips"][clip]["loudspeaker_ms"]:
         assert s["clips_paired"] == 1 and s["per_clip_median_ratio"] == pytest.approx(
             s["clips"][clip]["loudspeaker_ms"] / c["turn_latency_ms"], abs=1e-3) == pytest.approx(s["p50_ratio"], abs=1e-3)
+        # the first clip runs headset first (every other one loudspeaker first)
+        assert s["clips"][clip]["first"] == "headset" and s["per_clip_median_ratio_by_first"] == {
+            "headset": s["per_clip_median_ratio"], "loudspeaker": None}
     # it heard its own playback (the live test's path, 6 dB down, 40 ms late) and still translated the speaker only:
     # the same words as the headset run, give or take one
     assert s["echo"] == {"gain_db": -6.0, "delay_ms": 40}
     assert s["live_wer"]["en"]["clips"] == 1 and s["live_wer_en"] <= r["live_wer_en"] + 100 / 8 + 1e-6, s["clips"]
     assert s["talk_over_rate"] in (0.0, 1.0) and isinstance(s["clips"][clip]["talk_over"], bool)
+
+
+def test_the_loudspeaker_summary_splits_the_ratios_by_which_run_went_first():
+    """bench --loudspeaker runs every other clip loudspeaker first: the per-clip ratios are also given per order."""
+    from edge_rt.measure.bench import _loudspeaker_summary
+
+    def clip(h, s, first):
+        return {"id": first, "headset_ms": h, "loudspeaker_ms": s, "first": first, "lang": "en", "reference": "a b",
+                "live_text": "a b", "turn_taking": {"talk_over": False, "at_pause": False, "finish_lag_ms": 1.0}}
+    clips = {"a": clip(100, 150, "headset"), "b": clip(100, 110, "loudspeaker"), "c": clip(200, 320, "headset"),
+             "d": clip(100, None, "loudspeaker"), "e": clip(300, 300, "loudspeaker")}
+    s = _loudspeaker_summary(clips, None)
+    assert s["per_clip_median_ratio_by_first"] == {"headset": 1.55, "loudspeaker": 1.05}
+    assert s["per_clip_median_ratio"] == 1.3 and s["clips_paired"] == 4
+    assert [s["clips"][k]["first"] for k in "abcde"] == ["headset", "loudspeaker"] * 2 + ["loudspeaker"]
 
 
 def test_the_ready_tone_is_not_counted_as_translated_speech():
