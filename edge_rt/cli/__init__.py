@@ -163,6 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "turn latency as paired ratios, its talk-over and live WER")
     b.add_argument("--no-echo", action="store_true",
                    help="with --loudspeaker: feed no echo of the playback back into the capture")
+    b.add_argument("--lead", action="store_true",
+                   help="start every clip after 1.024 s of silence, as a person speaking to a loop that has been "
+                        "listening (always with --loudspeaker; default: at the stream's first sample)")
     b.add_argument("--check", default=None, metavar="FILE",
                    help="perf-regression check: run FILE's clips, fail if a stage's time in units of a speed "
                         "probe grew beyond FILE's tolerance, the loop is not faster than serial, or a clip failed")

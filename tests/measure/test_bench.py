@@ -116,6 +116,7 @@ def test_bench_reports_turn_taking_on_real_clips_and_the_paused_set(tiny_pack):
     # every translation was looked up in the phrase cache (one clip, nothing repeats: no hit)
     assert r["phrase_cache"]["lookups"] == c["phrase_cache"]["lookups"] >= 1 and r["phrase_cache"]["hits"] == 0
     assert r["loop_memory"] is None  # only with --memory (a fresh process: tests/measure/test_memory.py)
+    assert r["loop"]["lead_s"] == pytest.approx(1.024)  # with --loudspeaker, both runs after the same silence
     # partials stopped at a pause (loop/pause_watch.py): summed over the clips, as each clip's loop counted them
     assert r["loop"]["partials_stopped"] == c["partials_stopped"] >= 0
     # the same clip again in loudspeaker mode, paired with the headset run (the ratio is bench's figure, not a test's)
@@ -132,6 +133,27 @@ def test_bench_reports_turn_taking_on_real_clips_and_the_paused_set(tiny_pack):
     assert s["echo"] == {"gain_db": -6.0, "delay_ms": 40}
     assert s["live_wer"]["en"]["clips"] == 1 and s["live_wer_en"] <= r["live_wer_en"] + 100 / 8 + 1e-6, s["clips"]
     assert s["talk_over_rate"] in (0.0, 1.0) and isinstance(s["clips"][clip]["talk_over"], bool)
+
+
+def test_bench_lead_starts_the_clip_after_a_second_of_silence_and_measures_from_the_clip(tiny_pack, monkeypatch):
+    """bench --lead: the live run's clip starts 1.024 s into the stream; the bench still measures its turn from the
+    clip's own end of speech."""
+    import edge_rt.measure.bench as bench_module
+
+    leads, real = [], bench_module.run_clip
+
+    def spy(*args, **kwargs):
+        run = real(*args, **kwargs)
+        leads.append(run.lead)
+        return run
+    monkeypatch.setattr(bench_module, "run_clip", spy)
+    clip = "en_librispeech_1089-134686-0001"
+    runs = [bench(BenchOptions(pack="tiny", clips=(clip,), baseline=False, tail_s=2.0, lead=lead)) for lead in (False, True)]
+    assert leads == [0, 32 * 512] and [r["loop"]["lead_s"] for r in runs] == [0.0, pytest.approx(1.024)]
+    plain, led = (r["clips"][0] for r in runs)
+    assert plain["live_text"] and led["live_text"]
+    if plain["status"] == led["status"] == "ok":  # measured from the clip's end: not a lead (1024 ms) apart
+        assert abs(led["turn_latency_ms"] - plain["turn_latency_ms"]) < 700, (plain, led)
 
 
 def test_the_loudspeaker_summary_splits_the_ratios_by_which_run_went_first():
