@@ -153,7 +153,7 @@ def test_bench_lead_starts_the_clip_after_a_second_of_silence_and_measures_from_
     plain, led = (r["clips"][0] for r in runs)
     assert plain["live_text"] and led["live_text"]
     if plain["status"] == led["status"] == "ok":  # measured from the clip's end: not a lead (1024 ms) apart
-        assert abs(led["turn_latency_ms"] - plain["turn_latency_ms"]) < 700, (plain, led)
+        assert abs(led["turn_latency_ms"] - plain["turn_latency_ms"]) < 1000, (plain, led)
 
 
 def test_the_loudspeaker_summary_splits_the_ratios_by_which_run_went_first():
