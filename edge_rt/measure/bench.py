@@ -109,9 +109,11 @@ class BenchOptions:
     loudspeaker_echo: EchoPath | None = field(default_factory=EchoPath)
     # Every live run starts its clip after LOUDSPEAKER_LEAD of silence, as a person speaks to a loop that has been
     # listening (always with `loudspeaker`). Off by default: the figures since issue 5 start the clip at the
-    # stream's first sample, and are kept comparable. On the 33 clips (2026-12-06, two runs of one tree) that start
-    # cost live English WER 6.98 against 5.12 %: three clips whose first word begins within their first 0.1 s
-    # ("Stuff it" heard "Stuffed", "wrestlers" "restors").
+    # stream's first sample, and are kept comparable. On the 33 clips (2026-12-06, `bench --no-baseline` without and
+    # with it, one after the other): live English WER 6.98 against 5.12 %, turn latency P50 520 / 560 ms, per-clip
+    # median x0.99. Three clips make the WER gap, the same three in every run with and without a lead that day
+    # ("Stuff it" heard "Stuffed", "wrestlers" "restors", "3 to 2" "free to 2"); their speech starts 0.58-1.09 s
+    # into the clip, so no word is cut at the stream's start: how the lead changes them was not traced.
     lead: bool = False
 
     def loop_options(self, target: str) -> LoopOptions:
