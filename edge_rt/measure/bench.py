@@ -447,7 +447,7 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
         log(res)
         if options.loudspeaker and options.live:
             audio, end, loop_opts = inp
-            run = loud_run or _loudspeaker_run(stages, c, options, inp)
+            run = loud_run if loud_run is not None else _loudspeaker_run(stages, c, options, inp)
             loud[c["id"]] = {"headset_ms": res.turn_latency_ms, "loudspeaker_ms": run.turn(end).latency_ms,
                              "id": c["id"], "lang": c["lang"], "reference": c.get("text", ""), "first": first,
                              "live_text": run.captions.final_text(), "turn_taking": run.taking(end).as_dict()}

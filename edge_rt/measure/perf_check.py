@@ -64,7 +64,8 @@ def measure_speed(stages, clips: Sequence[tuple[np.ndarray, int, LoopOptions]], 
     previous figure, the fastest call over the fastest probe window anywhere in the run, moved by
     x1.2-x1.5 between runs of the same tree (8 runs, 5 repeats), so a stage slowed 2x measured x1.36
     against a reference recorded a minute earlier and passed a x1.5 limit (CI, 2026-12-06). Paired
-    and medianed, 8 runs of 3 repeats moved by x1.10-x1.26 (``python tools/perf_spread.py``).
+    and medianed, 6 runs of 3 repeats moved by x1.13-x1.17, and stages slowed 2x measured x1.9-x2.3
+    against them (``python tools/perf_spread.py``, with and without ``--slowdown asr=2,tts=2``).
     """
     if repeats < 1 or not clips:
         raise ValueError(f"measure_speed needs repeats >= 1 and at least one clip, got {repeats}, {len(clips)}")
