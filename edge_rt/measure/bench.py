@@ -112,8 +112,11 @@ class BenchOptions:
     # stream's first sample, and are kept comparable. On the 33 clips (2026-12-06, `bench --no-baseline` without and
     # with it, one after the other): live English WER 6.98 against 5.12 %, turn latency P50 520 / 560 ms, per-clip
     # median x0.99. Three clips make the WER gap, the same three in every run with and without a lead that day
-    # ("Stuff it" heard "Stuffed", "wrestlers" "restors", "3 to 2" "free to 2"); their speech starts 0.58-1.09 s
-    # into the clip, so no word is cut at the stream's start: how the lead changes them was not traced.
+    # ("Stuff it" heard "Stuffed", "wrestlers" "restors", "3 to 2" "free to 2"). It is Silero's state, not a cut
+    # word: after a second of digital silence (or white noise at -75/-60 dBFS) it scores the soft onset of
+    # 1089-134686-0001's "Stuff" 0.78-0.98 instead of 0.20-0.39, so the utterance opens 224 ms earlier (luna: 64 ms);
+    # after a second of the clip's own room tone it does not. A live room gives room tone: the lower WER is this
+    # silence's, not a room's.
     lead: bool = False
 
     def loop_options(self, target: str) -> LoopOptions:
