@@ -166,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--lead", action="store_true",
                    help="start every clip after 1.024 s of silence, as a person speaking to a loop that has been "
                         "listening (always with --loudspeaker; default: at the stream's first sample)")
+    b.add_argument("--room-tone", action="store_true",
+                   help="the lead and the tail after each clip are the clip's own room tone, not digital silence "
+                        "(a microphone in a room never hands out zeros)")
     b.add_argument("--check", default=None, metavar="FILE",
                    help="perf-regression check: run FILE's clips, fail if a stage's time in units of a speed "
                         "probe grew beyond FILE's tolerance, the loop is not faster than serial, or a clip failed")

@@ -51,7 +51,7 @@ from edge_rt.loop.trace import UtteranceTrace, percentiles
 from edge_rt.loop.turn_policy import TurnOptions
 from edge_rt.measure.memory import cold_start_s
 from edge_rt.measure.oracle import OracleOptions, speech_span
-from edge_rt.measure.paused import PausedClip, PauseOptions, paused_clip
+from edge_rt.measure.paused import PausedClip, PauseOptions, paused_clip, room_tone
 from edge_rt.measure.serial import serial_turn
 from edge_rt.measure.slowdown import Slowdown
 from edge_rt.measure.turn_taking import CaptionLog, TurnTaking, turn_taking, turn_taking_summary
@@ -118,6 +118,10 @@ class BenchOptions:
     # after a second of the clip's own room tone it does not. A live room gives room tone: the lower WER is this
     # silence's, not a room's.
     lead: bool = False
+    # The lead and the tail after each clip are the clip's own room tone (measure/paused.room_tone: its quietest
+    # 200 ms, tiled), not digital silence: a microphone in a room never hands out zeros, and Silero's state after
+    # zeros is not its state after room tone (see `lead`). Off by default: the figures so far had zeros.
+    room_tone: bool = False
 
     def loop_options(self, target: str) -> LoopOptions:
         return LoopOptions(target=target, partials=self.partials, speculate_after_ms=self.speculate_after_ms,
@@ -274,13 +278,20 @@ LOUDSPEAKER_LEAD = 32 * VAD_FRAME  # 1.024 s
 
 
 def run_clip(stages: Stages, audio: np.ndarray, options: LoopOptions, tail_s: float,
-             echo: EchoPath | None = None, lead: bool | None = None) -> LiveRun:
+             echo: EchoPath | None = None, lead: bool | None = None, room: bool = False) -> LiveRun:
     """One clip through the live loop at real-time pace; ``echo``: the sink's playback heard by the capture; ``lead``:
-    the clip comes after :data:`LOUDSPEAKER_LEAD` of silence (None: with a front end, as in loudspeaker mode)."""
+    the clip comes after :data:`LOUDSPEAKER_LEAD` of silence (None: with a front end, as in loudspeaker mode);
+    ``room``: that lead and the ``tail_s`` after the clip are the clip's own room tone, not digital silence."""
     if lead is None:
         lead = options.frontend is not None
     silence = LOUDSPEAKER_LEAD - (options.frontend.lag if options.frontend is not None else 0) if lead else 0
-    source = PacedFileSource(audio, tail_s=tail_s, lead_s=silence / SAMPLE_RATE)
+    if room:
+        rng = np.random.default_rng(0)
+        fill = lambda n: room_tone(audio, n, PauseOptions(), rng)[0] if n else np.zeros(0, np.float32)  # noqa: E731
+        audio = np.concatenate([fill(silence), audio, fill(int(tail_s * SAMPLE_RATE))])
+        source = PacedFileSource(audio, tail_s=0.0)
+    else:
+        source = PacedFileSource(audio, tail_s=tail_s, lead_s=silence / SAMPLE_RATE)
     sink = PlayoutSink(stages.tts.sample_rate(options.target), echo_tap=echo is not None)
     if echo is not None:
         source.echo = LoopBack(sink.echo_tap, echo)
@@ -366,7 +377,8 @@ def _measure_clip(stages, peer, c: dict, options: BenchOptions, paused: PausedCl
     redecoded = 0
     if options.live:
         # beside a loudspeaker run of the clip (bench --loudspeaker): after as much silence as that run
-        run = run_clip(stages, audio, loop_opts, options.tail_s, lead=options.loudspeaker or options.lead)
+        run = run_clip(stages, audio, loop_opts, options.tail_s, lead=options.loudspeaker or options.lead,
+                       room=options.room_tone)
         traces, live_text, phrases, stopped = run.traces, run.captions.final_text(), run.phrases, run.partials_stopped
         redecoded = run.redecoded
         turn = run.turn(end)
@@ -396,7 +408,8 @@ def _loudspeaker_run(stages, c: dict, options: BenchOptions, inputs: tuple | Non
         audio = read_audio(c["path"])
         inputs = (audio, None, options.loop_options(options.target_for(c["lang"])))
     audio, _, loop_opts = inputs
-    return run_clip(stages, audio, loudspeaker_mode(loop_opts), options.tail_s, options.loudspeaker_echo)
+    return run_clip(stages, audio, loudspeaker_mode(loop_opts), options.tail_s, options.loudspeaker_echo,
+                    room=options.room_tone)
 
 
 def _paused_pass(stages, clips: list[dict], options: BenchOptions, log) -> dict:
@@ -521,6 +534,8 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
                  "turn_policy": options.turn_policy, "beam_size": options.beam_size,
                  # seconds of silence before each clip (BenchOptions.lead; always with --loudspeaker)
                  "lead_s": LOUDSPEAKER_LEAD / SAMPLE_RATE if options.lead or options.loudspeaker else 0.0,
+                 # the lead and tail are the clip's room tone (BenchOptions.room_tone), else digital silence
+                 "room_tone": options.room_tone,
                  "complete_after_ms": options.turn.complete_after_ms if options.turn_policy else None,
                  # partial captions stopped because a pause began while they decoded (loop/pause_watch.py)
                  "partials_stopped": sum(r.partials_stopped for r in results),

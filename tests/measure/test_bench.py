@@ -156,6 +156,32 @@ def test_bench_lead_starts_the_clip_after_a_second_of_silence_and_measures_from_
         assert abs(led["turn_latency_ms"] - plain["turn_latency_ms"]) < 1000, (plain, led)
 
 
+def test_room_tone_fills_the_lead_and_the_tail_with_the_clip_s_own_background(tiny_pack, monkeypatch):
+    """bench --room-tone: the source hands out the clip's room tone before and after it, never digital silence, and
+    the clip itself unchanged where the lead says it starts."""
+    import edge_rt.measure.bench as bench_module
+    from edge_rt.measure.paused import PauseOptions, room_tone
+
+    seen, real = [], bench_module.PacedFileSource
+
+    def spy(audio, *args, **kwargs):
+        seen.append((np.array(audio), kwargs))
+        return real(audio, *args, **kwargs)
+    monkeypatch.setattr(bench_module, "PacedFileSource", spy)
+    clip = "en_librispeech_1089-134686-0001"
+    r = bench(BenchOptions(pack="tiny", clips=(clip,), baseline=False, tail_s=2.0, lead=True, room_tone=True))
+    assert r["loop"]["room_tone"] is True and r["clips"][0]["live_text"]
+    (fed, kwargs), = seen
+    original = bench_module.read_audio(bench_module.load_clips(BenchOptions(pack="tiny", clips=(clip,)))[0]["path"])
+    lead, tail = 32 * 512, 2 * 16000
+    assert kwargs.get("tail_s") == 0.0 and len(fed) == lead + len(original) + tail
+    assert np.array_equal(fed[lead : lead + len(original)], original)
+    _, level = room_tone(original, 16, PauseOptions(), np.random.default_rng(0))
+    for part in (fed[64:lead - 64], fed[len(fed) - tail + 64 : -64]):  # inside the 5-ms fades
+        rms_db = 10 * np.log10(np.mean(part.astype(np.float64) ** 2))
+        assert np.count_nonzero(part == 0) < len(part) // 100 and abs(rms_db - level) < 3, (rms_db, level)
+
+
 def test_the_loudspeaker_summary_splits_the_ratios_by_which_run_went_first():
     """bench --loudspeaker runs every other clip loudspeaker first: the per-clip ratios are also given per order."""
     from edge_rt.measure.bench import _loudspeaker_summary
