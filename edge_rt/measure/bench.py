@@ -120,7 +120,9 @@ class BenchOptions:
     lead: bool = False
     # The lead and the tail after each clip are the clip's own room tone (measure/paused.room_tone: its quietest
     # 200 ms, tiled), not digital silence: a microphone in a room never hands out zeros, and Silero's state after
-    # zeros is not its state after room tone (see `lead`). Off by default: the figures so far had zeros.
+    # zeros is not its state after room tone (see `lead`). Off by default: the figures so far had zeros. With it and
+    # the lead (2026-12-06, 33 clips): live English WER 8.37 % (en_fleurs_1846 heard "the vying by 12"), per-clip
+    # turn latency x0.997 against the plain run's.
     room_tone: bool = False
 
     def loop_options(self, target: str) -> LoopOptions:
