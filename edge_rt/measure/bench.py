@@ -125,6 +125,11 @@ class BenchOptions:
     # turn latency x0.997 against the plain run's.
     room_tone: bool = False
 
+    @property
+    def lead_in(self) -> bool:
+        """Live runs start their clip after LOUDSPEAKER_LEAD (``lead``, and always with ``loudspeaker``)."""
+        return self.lead or self.loudspeaker
+
     def loop_options(self, target: str) -> LoopOptions:
         return LoopOptions(target=target, partials=self.partials, speculate_after_ms=self.speculate_after_ms,
                            turn=self.turn if self.turn_policy else None, beam_size=self.beam_size,
@@ -368,19 +373,25 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a and b else None
 
 
-def _measure_clip(stages, peer, c: dict, options: BenchOptions, paused: PausedClip | None = None
-                  ) -> tuple[ClipResult, tuple]:
-    """One clip (or, given ``paused``, its paused version: no baselines, its own final end)."""
+def _clip_inputs(stages, c: dict, options: BenchOptions, paused: PausedClip | None = None
+                 ) -> tuple[np.ndarray, int, LoopOptions]:
+    """A clip's (audio, oracle end of speech, loop options); given ``paused``, its paused version's."""
     audio = paused.audio if paused is not None else read_audio(c["path"])
-    target = options.target_for(c["lang"])
-    loop_opts = options.loop_options(target)
     end = paused.final_end if paused is not None else oracle_end(stages.vad, audio)
+    return audio, end, options.loop_options(options.target_for(c["lang"]))
+
+
+def _measure_clip(stages, peer, c: dict, options: BenchOptions, inputs: tuple[np.ndarray, int, LoopOptions],
+                  paused: PausedClip | None = None) -> ClipResult:
+    """One clip (or, given ``paused``, its paused version: no baselines, its own final end) from its
+    :func:`_clip_inputs`."""
+    audio, end, loop_opts = inputs
+    target = loop_opts.target
     turn, traces, taking, live_text, phrases, stopped = Turn(None, None, "not run"), [], None, "", None, 0
     redecoded = 0
     if options.live:
         # beside a loudspeaker run of the clip (bench --loudspeaker): after as much silence as that run
-        run = run_clip(stages, audio, loop_opts, options.tail_s, lead=options.loudspeaker or options.lead,
-                       room=options.room_tone)
+        run = run_clip(stages, audio, loop_opts, options.tail_s, lead=options.lead_in, room=options.room_tone)
         traces, live_text, phrases, stopped = run.traces, run.captions.final_text(), run.phrases, run.partials_stopped
         redecoded = run.redecoded
         turn = run.turn(end)
@@ -401,14 +412,11 @@ def _measure_clip(stages, peer, c: dict, options: BenchOptions, paused: PausedCl
         parts(serial), parts(peer_turn), c.get("text", ""), live_text, taking,
         paused.as_dict() if paused is not None else None, phrase_cache=phrases, partials_stopped=stopped,
         redecoded=redecoded, traces=traces)
-    return res, (audio, end, loop_opts)
+    return res
 
 
-def _loudspeaker_run(stages, c: dict, options: BenchOptions, inputs: tuple | None = None) -> LiveRun:
-    """The clip's loudspeaker run (bench --loudspeaker); ``inputs``: its (audio, oracle end, loop options), when known."""
-    if inputs is None:
-        audio = read_audio(c["path"])
-        inputs = (audio, None, options.loop_options(options.target_for(c["lang"])))
+def _loudspeaker_run(stages, options: BenchOptions, inputs: tuple[np.ndarray, int, LoopOptions]) -> LiveRun:
+    """The clip's loudspeaker run (bench --loudspeaker) from its :func:`_clip_inputs`."""
     audio, _, loop_opts = inputs
     return run_clip(stages, audio, loudspeaker_mode(loop_opts), options.tail_s, options.loudspeaker_echo,
                     room=options.room_tone)
@@ -422,7 +430,7 @@ def _paused_pass(stages, clips: list[dict], options: BenchOptions, log) -> dict:
         if item is None:
             skipped[c["id"]] = f"no word boundary {options.paused.edge_ms} ms inside the speech to pause at"
             continue
-        res, _ = _measure_clip(stages, None, c, options, item)
+        res = _measure_clip(stages, None, c, options, _clip_inputs(stages, c, options, item), item)
         results.append(res)
         log(res)
     failed = [r for r in results if r.status == "failed"]
@@ -458,14 +466,15 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
         # bench --loudspeaker: each clip in both modes, back to back, every other clip loudspeaker first (a run
         # second after another may pay for the first one's tail; both get the same lead of silence, run_clip)
         first = "loudspeaker" if i % 2 else "headset"
-        loud_run = _loudspeaker_run(stages, c, options) if options.loudspeaker and options.live and i % 2 else None
-        res, inp = _measure_clip(stages, peer, c, options)
+        inp = _clip_inputs(stages, c, options)
+        loud_run = _loudspeaker_run(stages, options, inp) if options.loudspeaker and options.live and i % 2 else None
+        res = _measure_clip(stages, peer, c, options, inp)
         results.append(res)
         inputs.append(inp)
         log(res)
         if options.loudspeaker and options.live:
-            audio, end, loop_opts = inp
-            run = loud_run if loud_run is not None else _loudspeaker_run(stages, c, options, inp)
+            end = inp[1]
+            run = loud_run if loud_run is not None else _loudspeaker_run(stages, options, inp)
             loud[c["id"]] = {"headset_ms": res.turn_latency_ms, "loudspeaker_ms": run.turn(end).latency_ms,
                              "id": c["id"], "lang": c["lang"], "reference": c.get("text", ""), "first": first,
                              "live_text": run.captions.final_text(), "turn_taking": run.taking(end).as_dict()}
@@ -535,7 +544,7 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
         "loop": {"partials": options.partials, "speculate_after_ms": options.speculate_after_ms,
                  "turn_policy": options.turn_policy, "beam_size": options.beam_size,
                  # seconds of silence before each clip (BenchOptions.lead; always with --loudspeaker)
-                 "lead_s": LOUDSPEAKER_LEAD / SAMPLE_RATE if options.lead or options.loudspeaker else 0.0,
+                 "lead_s": LOUDSPEAKER_LEAD / SAMPLE_RATE if options.lead_in else 0.0,
                  # the lead and tail are the clip's room tone (BenchOptions.room_tone), else digital silence
                  "room_tone": options.room_tone,
                  "complete_after_ms": options.turn.complete_after_ms if options.turn_policy else None,

@@ -70,13 +70,14 @@ def measure_speed(stages, clips: Sequence[tuple[np.ndarray, int, LoopOptions]], 
     if repeats < 1 or not clips:
         raise ValueError(f"measure_speed needs repeats >= 1 and at least one clip, got {repeats}, {len(clips)}")
     windows: dict[int, list[float]] = {n: [] for n in probes}
-    last: list = [None, 0.0]  # (thread count, ms) of the latest probe window: the next call's "before"
+    last: tuple[int | None, float] = (None, 0.0)  # (thread count, ms) of the latest probe window: the next "before"
 
     def window(n: int) -> float:
+        nonlocal last
         time.sleep(SETTLE_S)
         ms = probes[n]()
         windows[n].append(ms)
-        last[:] = [n, ms]
+        last = (n, ms)
         return ms
 
     def paired(n: int, ms_of) -> tuple[float, float]:
