@@ -133,7 +133,25 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                           f"x{s['per_clip_median_ratio_by_first']['loudspeaker'] or 0:.3f}); talk-over "
                           f"{_pct(s['talk_over_rate'])}, live English WER {s['live_wer_en']} % "
                           f"({'echo ' + str(s['echo']) if s['echo'] else 'no echo'})", highlight=False)
+        console.print(_targets_table(r["targets"]))
     return 0 if ok else 1
+
+
+def _targets_table(targets: list[dict]):
+    """The issues' targets judged on this run (measure/targets.py), as a rich table."""
+    from rich.table import Table
+
+    style = {"met": "green", "not met": "bold red", "not measured": "dim"}
+    table = Table(title="targets (this run's settings and machine)", title_justify="left")
+    for col in ("issue", "target", "limit", "measured", "verdict"):
+        table.add_column(col, justify="right" if col in ("limit", "measured") else "left")
+    for t in targets:
+        digits = {"ms": 0, "MB": 0, "%": 1, "s": 2, "x": 3}.get(t["unit"], 2)
+        value = "-" if t["value"] is None else f"{t['value']:.{digits}f} {t['unit']}"
+        verdict = t["state"] + (f" (run with {t['flag']})" if t["state"] == "not measured" and t["flag"] else "")
+        table.add_row(str(t["issue"]), t["name"], f"≤ {t['limit']:g} {t['unit']}", value,
+                      f"[{style[t['state']]}]{verdict}[/]")
+    return table
 
 
 def _pct(v) -> str:

@@ -54,6 +54,7 @@ from edge_rt.measure.oracle import OracleOptions, speech_span
 from edge_rt.measure.paused import PausedClip, PauseOptions, paused_clip, room_tone
 from edge_rt.measure.serial import serial_turn
 from edge_rt.measure.slowdown import Slowdown
+from edge_rt.measure.targets import judge
 from edge_rt.measure.turn_taking import CaptionLog, TurnTaking, turn_taking, turn_taking_summary
 from edge_rt.pack import BuiltPack
 from edge_rt.pipeline import StageOptions, load_stages
@@ -512,7 +513,7 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
 
     failed = [r for r in results if r.status == "failed"]
     clip_dicts = [r.as_dict() for r in results]
-    return {
+    result = {
         "pack": options.pack,
         "precision": options.precision,
         "backend": stages.backend.name,
@@ -567,3 +568,6 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
         "loudspeaker": _loudspeaker_summary(loud, options.loudspeaker_echo) if loud else None,  # None without --loudspeaker
         "clips": clip_dicts,
     }
+    # the issues' targets judged on this run's figures (measure/targets.py): met, not met, or not measured here
+    result["targets"] = [v.as_dict() for v in judge(result)]
+    return result
