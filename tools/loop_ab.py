@@ -17,7 +17,9 @@ end hears its own playback 6 dB down and 40 ms late, as in `bench --loudspeaker`
 even where nothing played, no passthrough (FrontEndOptions.passthrough_after_ms None); ``on@POLICY``: barge-in POLICY
 instead of loudspeaker mode's). With a loudspeaker value among them, every setting's clip comes after the same
 silence (bench.LOUDSPEAKER_LEAD)
-or ``barge_in`` (LoopOptions: what someone talking over our speech does to it, with a headset). More than two
+or ``barge_in`` (LoopOptions: what someone talking over our speech does to it, with a headset) or ``turn_calls``
+(``all`` or ``needed``: the end-of-turn model at every one of ``TurnOptions.model_at_ms``, or only where a decision
+that can end the pause reads it, ``TurnPolicy.model_frames``, the loop's). More than two
 values are run in turn, each first on one clip in N; the ratios are against the first.
 Prints per clip and setting the turn latency, whether a translation started before the speaker's final
 end (talk-over), the finish lag and how many translations were resaid (barge-in ``resay``), both settings' captions
@@ -28,7 +30,7 @@ and their paused versions with two settings).
     python tools/loop_ab.py [--vary complete_after_ms=64,256 | beam_size=1,5 | redecode=off,-0.5 | preroll_ms=192,320 | postroll_ms=0,64
                              | noisy_preroll=off,20 | repeat_words=off,3 | lend_within_s=off,2
                              | loudspeaker=off,frontend,frontend+64,on | loudspeaker=on+64,on | loudspeaker=off,on-tone,on | loudspeaker=off,on-pass,on
-                             | loudspeaker=on@pause,on | barge_in=continue,resay]
+                             | loudspeaker=on@pause,on | barge_in=continue,resay | turn_calls=all,needed]
                             [--limit N] [--ids ID,ID]
                             [--no-paused | --paused-only]
 """
@@ -36,6 +38,7 @@ and their paused versions with two settings).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
 from pathlib import Path
@@ -51,10 +54,12 @@ from edge_rt.loop.endpoint import EndpointOptions  # noqa: E402
 from edge_rt.loop.options import RedecodeOptions, loudspeaker_mode  # noqa: E402
 from edge_rt.loop.output import BARGE_IN  # noqa: E402
 from edge_rt.loop.preroll import NoisyPrerollOptions  # noqa: E402
+from edge_rt.loop import turn_policy  # noqa: E402
 from edge_rt.loop.turn_policy import TurnOptions  # noqa: E402
 from edge_rt.measure import bench  # noqa: E402
 from edge_rt.measure.paused import PauseOptions, paused_clip  # noqa: E402
 from edge_rt.measure.turn_taking import live_error_rates  # noqa: E402
+from edge_rt.units import VAD_FRAME_MS  # noqa: E402
 
 
 # knob -> LoopOptions fields for one value of it (as written on the command line)
@@ -80,7 +85,30 @@ KNOBS = {
     "loudspeaker": lambda v: _loudspeaker(v),
     # what someone talking over the translated speech does to it, with a headset (LoopOptions.barge_in)
     "barge_in": lambda v: {"barge_in": v},
+    # the end-of-turn model's calls: "needed" (TurnPolicy.model_frames, the loop's) or "all" of model_at_ms (the
+    # loop before 2026-12-06, which also ran it at 64 ms, where no decision that can end the pause reads it)
+    "turn_calls": lambda v: {"_all_calls": _turn_calls(v)},
 }
+
+
+def _turn_calls(v: str) -> bool:
+    if v not in ("all", "needed"):
+        raise SystemExit(f"--vary turn_calls takes all or needed, got {v!r}")
+    return v == "all"
+
+
+@contextlib.contextmanager
+def _every_turn_call(on: bool):
+    """While ``on``: turn policies made now run the model at every one of ``model_at_ms``."""
+    if not on:
+        yield
+        return
+    pruned = turn_policy.model_frames
+    turn_policy.model_frames = lambda o, hangover_ms: frozenset(-(-ms // VAD_FRAME_MS) for ms in o.model_at_ms)
+    try:
+        yield
+    finally:
+        turn_policy.model_frames = pruned
 
 
 def _loudspeaker(v: str) -> dict:
@@ -149,6 +177,7 @@ def main(argv=None) -> int:
                 loop_opts = options.loop_options(options.target_for(clip["lang"]))
                 extra = dict(setting[name])
                 tone, echo, passing = extra.pop("_tone", True), extra.pop("_echo", True), extra.pop("_pass", True)
+                all_calls = extra.pop("_all_calls", False)
                 if extra.pop("loudspeaker", False):
                     loop_opts = loudspeaker_mode(loop_opts)
                 loop_opts = dataclasses.replace(loop_opts, **extra)
@@ -156,8 +185,9 @@ def main(argv=None) -> int:
                 if loop_opts.frontend is not None and without:
                     loop_opts = dataclasses.replace(loop_opts, frontend=dataclasses.replace(loop_opts.frontend, **without))
                 # loudspeaker runs hear their playback as `bench --loudspeaker` does (6 dB down, 40 ms late)
-                run = bench.run_clip(stages, a, loop_opts, options.tail_s,
-                                     EchoPath() if loop_opts.frontend is not None and echo else None, lead=lead)
+                with _every_turn_call(all_calls):
+                    run = bench.run_clip(stages, a, loop_opts, options.tail_s,
+                                         EchoPath() if loop_opts.frontend is not None and echo else None, lead=lead)
                 t, taking = run.turn(end), run.taking(end, pauses)
                 result[name] = (t.latency_ms, taking.talk_over, run.captions.final_text(), taking.finish_lag_ms,
                                 sum(tr.resaid for tr in run.traces))

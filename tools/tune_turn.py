@@ -82,6 +82,8 @@ class RecordingPolicy(TurnPolicy):
     def __init__(self, loop: Loop, item: str, log: list[Pause], hold_ms: int):
         super().__init__(TurnOptions(model_at_ms=CANDIDATE_MS, max_pause_ms=hold_ms), hangover_ms=288)
         self.loop, self.item, self.log, self.hold_ms = loop, item, log, hold_ms
+        # every candidate, including those a policy's decisions would never read (turn_policy.model_frames)
+        self.model_frames = frozenset(-(-ms // VAD_FRAME_MS) for ms in CANDIDATE_MS)
 
     def pause_started(self) -> None:
         super().pause_started()
@@ -209,7 +211,7 @@ def _end_frame(policy, pause: Pause, use_model: bool, hangover_ms: int, speculat
         if f == speculate_frames and pause.text is not None:
             policy.note_text(pause.text, pause.lang, float("nan") if pause.mark is None else pause.mark)
         ms = f * VAD_FRAME_MS
-        if use_model and ms in policy.options.model_at_ms and ms in pause.p:
+        if use_model and f in policy.model_frames and ms in pause.p:  # the calls the loop makes (model_frames)
             policy.note_turn(pause.p[ms])
         d = policy.decide()
         if f >= -(-d.end_at_ms // VAD_FRAME_MS):

@@ -100,7 +100,6 @@ class Loop:
         self.endpointer = Endpointer(options.endpoint)
         self._context = Context(options.context)  # the previous utterance's language and text
         self.turn_policy = None if options.turn is None else TurnPolicy(options.turn, options.endpoint.hangover_ms)
-        self._turn_frames = frozenset(-(-ms // VAD_FRAME_MS) for ms in options.turn.model_at_ms) if options.turn else ()
         self.turn_errors = 0  # end-of-turn model calls that raised (the policy decides without it; in errors too)
         self._p_prev = 0.0  # the previous hop's speech probability
         self.history = History(HISTORY)
@@ -346,7 +345,7 @@ class Loop:
             policy.note_text(hyp.text or hyp.translation, hyp.lang if hyp.text else self.options.target,
                              hyp.end_mark_prob)
         turn = getattr(self.stages, "turn", None)
-        if turn is not None and silence in self._turn_frames:
+        if turn is not None and silence in policy.model_frames:
             try:
                 policy.note_turn(turn.probability(self.history.slice(max(utt.trace.start_sample, now - TURN_WINDOW),
                                                                      now)))

@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from edge_rt.stages.asr.tokenizer import SENTENCE_FINAL
+from edge_rt.units import VAD_FRAME_MS
 
-__all__ = ["Decision", "TurnOptions", "TurnPolicy", "TextEvidence", "text_evidence", "NOT_FINAL_WORDS"]
+__all__ = ["Decision", "TurnOptions", "TurnPolicy", "TextEvidence", "text_evidence", "model_frames", "NOT_FINAL_WORDS"]
 
 # Words after which a sentence cannot end, per language: articles, conjunctions, prepositions,
 # possessive determiners, fillers. Words that also end sentences as particles or pronouns
@@ -124,7 +125,9 @@ class TurnOptions:
     # yielded the turn whatever the evidence says. 1024 ms: same talk-over as 1280, 50 ms less mean wait.
     max_pause_ms: int = 1024
     # Pause lengths at which the loop runs the turn model (40-50 ms a call here, see stages/turn.py): with the
-    # speculation, then again as the pause goes on. Adding 128 ms: +3 natural pauses cut, no gain.
+    # speculation, then again as the pause goes on. Adding 128 ms: +3 natural pauses cut, no gain. A call whose
+    # answer no decision can read is not made (TurnPolicy.model_frames): with the defaults the one at 64 ms, since
+    # no pause ends before 256 ms and the call at 192 ms answers first.
     model_at_ms: tuple[int, ...] = (64, 192, 384, 768)
     # With no turn model, a sentence-final mark alone ends the turn (True), or only stops holding
     # (False: the hangover decides). Off: on the tuning set it ends 7/15 hesitations and 55/83
@@ -185,6 +188,26 @@ class TurnOptions:
             raise ValueError(f"pause_alpha must be >= 0, got {self.pause_alpha}")
 
 
+def _frames(ms: int) -> int:
+    return max(1, -(-ms // VAD_FRAME_MS))
+
+
+def model_frames(options: TurnOptions, hangover_ms: int) -> frozenset[int]:
+    """The pause lengths, in VAD frames, at which the loop runs the end-of-turn model.
+
+    ``options.model_at_ms`` less every call whose answer no decision that can end the pause will read: a
+    decision ends a pause no sooner than ``complete_after_ms`` or the hangover (which the speaker's statistics
+    only stretch), and the policy reads the latest answer, so a call followed by another one at or before that
+    earliest end is never read where it matters. With the defaults (64, 192, 384, 768 ms; ends from 256 ms) the
+    call at 64 ms goes: replayed over tools/tune_turn.py's recordings of both halves, every pause ends where it
+    ended with it (talk-over, natural pauses cut and waits the same), and the worker has 30-40 ms more at every
+    pause. With ``complete_after_ms=64`` (a GPU) it stays.
+    """
+    earliest = _frames(min(options.complete_after_ms, hangover_ms))
+    calls = sorted({_frames(ms) for ms in options.model_at_ms})
+    return frozenset(f for f, after in zip(calls, calls[1:] + [None]) if after is None or after > earliest)
+
+
 class Decision(NamedTuple):
     """This pause ends the turn once it lasts ``end_at_ms`` (unless speech resumes first)."""
 
@@ -209,6 +232,7 @@ class TurnPolicy:
     def __init__(self, options: TurnOptions = TurnOptions(), hangover_ms: int = 288):
         self.options = options
         self.hangover_ms = hangover_ms
+        self.model_frames = model_frames(options, hangover_ms)
         self._decay = 1.0 - 1.0 / options.pause_memory
         self.pauses_seen = 0
         self._mean = 0.0

@@ -203,3 +203,16 @@ def test_an_empty_speculation_holds_the_pause_when_asked():
     q.note_turn(0.99)
     q.note_text("", "en")
     assert q.decide().reason == "complete"
+
+
+def test_the_model_runs_only_where_a_decision_that_can_end_the_pause_reads_its_answer():
+    """model_frames: no pause ends before complete_after_ms (or the hangover), and the policy reads the latest
+    answer, so a call followed by another one by then is never read where it matters."""
+    from edge_rt.loop.turn_policy import model_frames
+
+    assert model_frames(TurnOptions(), 288) == {6, 12, 24}  # 64 ms goes: the call at 192 ms answers before 256 ms
+    assert TurnPolicy(TurnOptions(), 288).model_frames == {6, 12, 24}
+    assert model_frames(TurnOptions(complete_after_ms=64), 288) == {2, 6, 12, 24}  # a GPU's early end reads it
+    assert model_frames(TurnOptions(), 64) == {2, 6, 12, 24}  # a hangover shorter than complete_after_ms too
+    assert model_frames(TurnOptions(model_at_ms=(64,)), 288) == {2}  # the last call always stays
+    assert model_frames(TurnOptions(model_at_ms=(64, 128, 192, 384), complete_after_ms=320), 288) == {6, 12}
