@@ -293,10 +293,12 @@ def test_bench_prints_each_target_with_its_verdict_and_the_flag_that_would_measu
     result = {"turn_latency_ms": {"p50": 519.8, "p95": 3889.2}, "live_wer_en": 6.05, "paused": None,
               "loop_memory": {"peak_after_warmup_mb": 538.4, "cold_start_s": 0.51}, "loudspeaker": None}
     console = Console(record=True, width=160)
-    console.print(_targets_table([v.as_dict() for v in judge(result)]))
-    lines = {line.split("│")[2].strip(): line for line in console.export_text().splitlines() if line.count("│") >= 5}
+    console.print(_targets_table([v.as_dict() for v in judge(result)], 33))
+    text = console.export_text()
+    lines = {line.split("│")[2].strip(): line for line in text.splitlines() if line.count("│") >= 5}
     assert "520 ms" in lines["turn latency P50"] and "not met" in lines["turn latency P50"]
     assert "6.0 %" in lines["live English WER (the loop's captions)"] and " met" in lines[
         "live English WER (the loop's captions)"]
     assert "538 MB" in lines["the loop's peak RSS after warm-up"]
     assert "not measured (run with --paused)" in lines["talk-over on the paused set"]
+    assert "this run's 33 clips" in text  # the issues set them on the whole speech set

@@ -133,16 +133,18 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                           f"x{s['per_clip_median_ratio_by_first']['loudspeaker'] or 0:.3f}); talk-over "
                           f"{_pct(s['talk_over_rate'])}, live English WER {s['live_wer_en']} % "
                           f"({'echo ' + str(s['echo']) if s['echo'] else 'no echo'})", highlight=False)
-        console.print(_targets_table(r["targets"]))
+        console.print(_targets_table(r["targets"], len(r["clips"])))
     return 0 if ok else 1
 
 
-def _targets_table(targets: list[dict]):
-    """The issues' targets judged on this run (measure/targets.py), as a rich table."""
+def _targets_table(targets: list[dict], clips: int):
+    """The issues' targets judged on this run of ``clips`` clips (measure/targets.py), as a rich table."""
     from rich.table import Table
 
     style = {"met": "green", "not met": "bold red", "not measured": "dim"}
-    table = Table(title="targets (this run's settings and machine)", title_justify="left")
+    # the issues set them on the whole speech set (33 clips): a run on a few (--clip, --limit, --check) is a hint
+    table = Table(title=f"targets, judged on this run's {clips} clip{'' if clips == 1 else 's'}, settings and machine",
+                  title_justify="left")
     for col in ("issue", "target", "limit", "measured", "verdict"):
         table.add_column(col, justify="right" if col in ("limit", "measured") else "left")
     for t in targets:

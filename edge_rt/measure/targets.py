@@ -13,6 +13,7 @@ The noise targets of issue 11 (WER against faster-whisper at 5-10 dB, no empty c
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -76,7 +77,7 @@ def _figure(result: Mapping[str, Any], path: Sequence[str]) -> float | None:
         node = node[key]
     if isinstance(node, bool) or not isinstance(node, (int, float)):
         raise ValueError(f"bench result {'.'.join(path)} is {node!r}, not a number")
-    return float(node)
+    return None if math.isnan(node) else float(node)  # NaN: nothing was measured
 
 
 def judge(result: Mapping[str, Any], targets: Sequence[Target] = TARGETS) -> list[Verdict]:

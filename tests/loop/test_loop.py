@@ -222,7 +222,7 @@ def test_a_complete_sentence_ends_before_the_hangover(product_stages, speech_dir
     assert traces[-1].speculative  # the decode, translation and first clause done at the pause were used
 
 
-def test_the_turn_model_runs_at_the_pause_lengths_whose_answers_decide(product_stages, speech_dir):
+def test_the_turn_model_runs_at_the_pause_lengths_whose_answers_decide(product_stages, speech_dir, monkeypatch):
     """The loop calls the end-of-turn model only at TurnPolicy.model_frames (not at 64 ms with the defaults, whose
     answer the call at 192 ms replaces before any pause can end), and the sentence still ends as complete."""
     source = FastFileSource(read_audio(speech_dir / "en_librispeech_1995-1837-0001.wav"))
@@ -234,11 +234,8 @@ def test_the_turn_model_runs_at_the_pause_lengths_whose_answers_decide(product_s
         at.append(loop.endpointer.silence_frames)
         return probability(audio)
 
-    product_stages.turn.probability = spy
-    try:
-        traces = loop.run()
-    finally:
-        del product_stages.turn.probability  # the instance attribute: the class's method again
+    monkeypatch.setattr(product_stages.turn, "probability", spy)
+    traces = loop.run()
     assert at and set(at) <= {6, 12, 24}, at
     assert traces[-1].end_reason == "complete", [(t.text, t.end_reason) for t in traces]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edge_rt.loop.turn_policy import NOT_FINAL_WORDS, Decision, TurnOptions, TurnPolicy, text_evidence
+from edge_rt.loop.turn_policy import NOT_FINAL_WORDS, Decision, TurnOptions, TurnPolicy, model_frames, text_evidence
 
 
 @pytest.mark.parametrize("text, lang, verdict", [
@@ -208,8 +208,6 @@ def test_an_empty_speculation_holds_the_pause_when_asked():
 def test_the_model_runs_only_where_a_decision_that_can_end_the_pause_reads_its_answer():
     """model_frames: no pause ends before complete_after_ms (or the hangover), and the policy reads the latest
     answer, so a call followed by another one by then is never read where it matters."""
-    from edge_rt.loop.turn_policy import model_frames
-
     assert model_frames(TurnOptions(), 288) == {6, 12, 24}  # 64 ms goes: the call at 192 ms answers before 256 ms
     assert TurnPolicy(TurnOptions(), 288).model_frames == {6, 12, 24}
     assert model_frames(TurnOptions(complete_after_ms=64), 288) == {2, 6, 12, 24}  # a GPU's early end reads it

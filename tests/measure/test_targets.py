@@ -24,8 +24,9 @@ def test_each_figure_is_judged_against_its_limit_and_the_limit_itself_is_met():
 
 
 def test_what_the_run_did_not_measure_is_not_measured_never_met():
-    v = _by_name(judge(_result(turn_latency_ms={"p50": None, "p95": None})))
+    v = _by_name(judge(_result(turn_latency_ms={"p50": None, "p95": float("nan")})))
     assert v["turn latency P50"].state == NOT_MEASURED and v["turn latency P50"].value is None
+    assert v["turn latency P95"].state == NOT_MEASURED  # NaN: no figure either
     for name in ("talk-over on the paused set", "the loop's peak RSS after warm-up", "the loop's cold start to ready",
                  "loudspeaker mode's turn latency P50 / the headset's"):
         assert v[name].state == NOT_MEASURED
