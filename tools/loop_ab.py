@@ -59,7 +59,6 @@ from edge_rt.loop.turn_policy import TurnOptions  # noqa: E402
 from edge_rt.measure import bench  # noqa: E402
 from edge_rt.measure.paused import PauseOptions, paused_clip  # noqa: E402
 from edge_rt.measure.turn_taking import live_error_rates  # noqa: E402
-from edge_rt.units import VAD_FRAME_MS  # noqa: E402
 
 
 # knob -> LoopOptions fields for one value of it (as written on the command line)
@@ -104,7 +103,7 @@ def _every_turn_call(on: bool):
         yield
         return
     pruned = turn_policy.model_frames
-    turn_policy.model_frames = lambda o, hangover_ms: frozenset(-(-ms // VAD_FRAME_MS) for ms in o.model_at_ms)
+    turn_policy.model_frames = lambda o, hangover_ms: pruned(o, hangover_ms, every=True)
     try:
         yield
     finally:

@@ -45,7 +45,7 @@ from edge_rt.audio.sinks import TimelineSink  # noqa: E402
 from edge_rt.audio.sources import FastFileSource  # noqa: E402
 from edge_rt.loop.endpoint import EndpointOptions  # noqa: E402
 from edge_rt.loop.loop import Loop, LoopOptions  # noqa: E402
-from edge_rt.loop.turn_policy import Decision, TurnOptions, TurnPolicy  # noqa: E402
+from edge_rt.loop.turn_policy import Decision, TurnOptions, TurnPolicy, model_frames, pause_frames  # noqa: E402
 from edge_rt.measure.bench import oracle_end  # noqa: E402
 from edge_rt.measure.paused import PauseOptions, paused_clip  # noqa: E402
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME_MS  # noqa: E402
@@ -83,7 +83,7 @@ class RecordingPolicy(TurnPolicy):
         super().__init__(TurnOptions(model_at_ms=CANDIDATE_MS, max_pause_ms=hold_ms), hangover_ms=288)
         self.loop, self.item, self.log, self.hold_ms = loop, item, log, hold_ms
         # every candidate, including those a policy's decisions would never read (turn_policy.model_frames)
-        self.model_frames = frozenset(-(-ms // VAD_FRAME_MS) for ms in CANDIDATE_MS)
+        self.model_frames = model_frames(self.options, self.hangover_ms, every=True)
 
     def pause_started(self) -> None:
         super().pause_started()
@@ -214,7 +214,7 @@ def _end_frame(policy, pause: Pause, use_model: bool, hangover_ms: int, speculat
         if use_model and f in policy.model_frames and ms in pause.p:  # the calls the loop makes (model_frames)
             policy.note_turn(pause.p[ms])
         d = policy.decide()
-        if f >= -(-d.end_at_ms // VAD_FRAME_MS):
+        if f >= pause_frames(d.end_at_ms):
             return f, d.end_reason
     return None
 

@@ -49,7 +49,7 @@ from edge_rt.loop.recognize import Hypothesis, Resay, asr_task, level, recognize
 from edge_rt.loop.stages import Stages
 from edge_rt.loop.stream import LocalAgreement
 from edge_rt.loop.trace import TracePublisher, TraceWriter, UtteranceTrace
-from edge_rt.loop.turn_policy import TurnPolicy
+from edge_rt.loop.turn_policy import TurnPolicy, pause_frames
 from edge_rt.stages.asr.beam import BeamUnsupportedError
 from edge_rt.stages.asr.decoding import DecodeStopped
 from edge_rt.stages.asr.tokenizer import has_words
@@ -353,7 +353,7 @@ class Loop:
                 self.turn_errors += 1
                 self.errors.append(f"utterance {utt.trace.utterance} end-of-turn model: {type(e).__name__}: {e}")
         decision = policy.decide()
-        frames = max(1, -(-decision.end_at_ms // VAD_FRAME_MS))
+        frames = pause_frames(decision.end_at_ms)
         if silence >= frames:
             for event in self.endpointer.force_end(decision.end_reason):
                 self._on_event(event)

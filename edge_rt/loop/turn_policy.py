@@ -32,7 +32,8 @@ from typing import NamedTuple
 from edge_rt.stages.asr.tokenizer import SENTENCE_FINAL
 from edge_rt.units import VAD_FRAME_MS
 
-__all__ = ["Decision", "TurnOptions", "TurnPolicy", "TextEvidence", "text_evidence", "model_frames", "NOT_FINAL_WORDS"]
+__all__ = ["Decision", "TurnOptions", "TurnPolicy", "TextEvidence", "text_evidence", "model_frames", "pause_frames",
+           "NOT_FINAL_WORDS"]
 
 # Words after which a sentence cannot end, per language: articles, conjunctions, prepositions,
 # possessive determiners, fillers. Words that also end sentences as particles or pronouns
@@ -188,11 +189,13 @@ class TurnOptions:
             raise ValueError(f"pause_alpha must be >= 0, got {self.pause_alpha}")
 
 
-def _frames(ms: int) -> int:
+def pause_frames(ms: int) -> int:
+    """The silent VAD frames a pause of ``ms`` lasts (rounded up, at least one): where the loop ends a decision's
+    pause and runs a model call."""
     return max(1, -(-ms // VAD_FRAME_MS))
 
 
-def model_frames(options: TurnOptions, hangover_ms: int) -> frozenset[int]:
+def model_frames(options: TurnOptions, hangover_ms: int, *, every: bool = False) -> frozenset[int]:
     """The pause lengths, in VAD frames, at which the loop runs the end-of-turn model.
 
     ``options.model_at_ms`` less every call whose answer no decision that can end the pause will read: a
@@ -203,10 +206,13 @@ def model_frames(options: TurnOptions, hangover_ms: int) -> frozenset[int]:
     ended with it (talk-over, natural pauses cut and waits the same), and the worker has 30-40 ms more at every
     pause: live, interleaved with every call made (tools/loop_ab.py --vary turn_calls=all,needed, the 33 clips and
     their paused versions), the same captions and talk-over, turns a median 20 ms shorter per clip (35 of 65 shorter,
-    15 longer). With ``complete_after_ms=64`` (a GPU) it stays.
+    15 longer). With ``complete_after_ms=64`` (a GPU) it stays. ``every``: all of ``model_at_ms``, none left out
+    (a tool that records every answer, or the loop as it was before).
     """
-    earliest = _frames(min(options.complete_after_ms, hangover_ms))
-    calls = sorted({_frames(ms) for ms in options.model_at_ms})
+    calls = sorted({pause_frames(ms) for ms in options.model_at_ms})
+    if every:
+        return frozenset(calls)
+    earliest = pause_frames(min(options.complete_after_ms, hangover_ms))
     return frozenset(f for f, after in zip(calls, calls[1:] + [None]) if after is None or after > earliest)
 
 

@@ -214,3 +214,4 @@ def test_the_model_runs_only_where_a_decision_that_can_end_the_pause_reads_its_a
     assert model_frames(TurnOptions(), 64) == {2, 6, 12, 24}  # a hangover shorter than complete_after_ms too
     assert model_frames(TurnOptions(model_at_ms=(64,)), 288) == {2}  # the last call always stays
     assert model_frames(TurnOptions(model_at_ms=(64, 128, 192, 384), complete_after_ms=320), 288) == {6, 12}
+    assert model_frames(TurnOptions(), 288, every=True) == {2, 6, 12, 24}  # every call (tools/tune_turn.py's recording)
