@@ -19,7 +19,8 @@ instead of loudspeaker mode's). With a loudspeaker value among them, every setti
 silence (bench.LOUDSPEAKER_LEAD)
 or ``barge_in`` (LoopOptions: what someone talking over our speech does to it, with a headset) or ``turn_calls``
 (``all`` or ``needed``: the end-of-turn model at every one of ``TurnOptions.model_at_ms``, or only where a decision
-that can end the pause reads it, ``TurnPolicy.model_frames``, the loop's). More than two
+that can end the pause reads it, ``TurnPolicy.model_frames``, the loop's) or ``held_postroll_ms`` (LoopOptions: ``off`` or the
+ms of a held pause's tail its second decode hears). More than two
 values are run in turn, each first on one clip in N; the ratios are against the first.
 Prints per clip and setting the turn latency, whether a translation started before the speaker's final
 end (talk-over), the finish lag and how many translations were resaid (barge-in ``resay``), both settings' captions
@@ -30,7 +31,8 @@ and their paused versions with two settings).
     python tools/loop_ab.py [--vary complete_after_ms=64,256 | beam_size=1,5 | redecode=off,-0.5 | preroll_ms=192,320 | postroll_ms=0,64
                              | noisy_preroll=off,20 | repeat_words=off,3 | lend_within_s=off,2
                              | loudspeaker=off,frontend,frontend+64,on | loudspeaker=on+64,on | loudspeaker=off,on-tone,on | loudspeaker=off,on-pass,on
-                             | loudspeaker=on@pause,on | barge_in=continue,resay | turn_calls=all,needed]
+                             | loudspeaker=on@pause,on | barge_in=continue,resay | turn_calls=all,needed
+                             | held_postroll_ms=off,64]
                             [--limit N] [--ids ID,ID]
                             [--no-paused | --paused-only]
 """
@@ -82,6 +84,8 @@ KNOBS = {
     # complete_after_ms 64, loudspeaker mode's until 2026-12-06), on (all of `run --loudspeaker`: also barge-in
     # resay, pause before 2026-12-06; loop.options.loudspeaker_mode), on+MS (all of it with complete_after_ms MS)
     "loudspeaker": lambda v: _loudspeaker(v),
+    # a pause the speculation's evidence holds open decoded again with this much of its tail (LoopOptions): off or ms
+    "held_postroll_ms": lambda v: {"held_postroll_ms": None if v == "off" else int(v)},
     # what someone talking over the translated speech does to it, with a headset (LoopOptions.barge_in)
     "barge_in": lambda v: {"barge_in": v},
     # the end-of-turn model's calls: "needed" (TurnPolicy.model_frames, the loop's) or "all" of model_at_ms (the

@@ -72,6 +72,8 @@ class _Utterance:
     speculation: Hypothesis | None = None
     heard: Hypothesis | None = None  # the latest speculation of it that heard words (LoopOptions.keep_heard)
     pause: int = 0  # silent frames of the current pause (0: speaking)
+    held: int = -1  # speech end sample of the held pause already decoded again with its tail (held_postroll_ms)
+    spec_ms: float = 0.0  # wall-clock ms the latest speculation took (its decode, translation and first clause)
     # barge_in "resay": what the translation this one talked over and holds covers; None: none, or another policy
     resay: "_Said | None" = None
 
@@ -143,6 +145,7 @@ class Loop:
                              if options.partials and options.partial_stop_db is not None else None)
         self.partials_stopped = 0
         self.heard_kept = 0  # utterances whose end decode gave no words, spoken from an earlier pause's words
+        self.held_decodes = 0  # held pauses decoded again with their tail (LoopOptions.held_postroll_ms)
         # The text that is translated: decoded with a beam when asked (partials stay greedy); the same engines.
         self._final_asr = stages.asr
         if options.beam_size > 1:
@@ -353,6 +356,8 @@ class Loop:
                 self.turn_errors += 1
                 self.errors.append(f"utterance {utt.trace.utterance} end-of-turn model: {type(e).__name__}: {e}")
         decision = policy.decide()
+        if not spoken and decision.reason == "incomplete" and policy.settled_hold:
+            self._redecode_held(decision.end_at_ms)
         frames = pause_frames(decision.end_at_ms)
         if silence >= frames:
             for event in self.endpointer.force_end(decision.end_reason):
@@ -373,15 +378,55 @@ class Loop:
         if o.overload.skip_optional(self._capture_lag_s()):
             self.overload.speculations_skipped += 1
             return False
+        t0 = time.perf_counter()
         try:
             hyp = self._recognize(utt.trace.start_sample, end, self._postroll(end), utt.resay)
         except Exception as e:  # noqa: BLE001 - work ahead only: counted here, the real end decodes again
             self._speculation_failed(e, utt.trace.utterance, "decode")
             return False
         utt.speculation = self._synthesize_ahead(hyp, utt.trace.utterance)
+        utt.spec_ms = (time.perf_counter() - t0) * 1000
         if _has_words(hyp):
             utt.heard = utt.speculation
         return True
+
+    def _redecode_held(self, end_at_ms: int) -> None:
+        """A pause the speculation's evidence holds open (TurnPolicy.settled_hold) until ``end_at_ms``: once, the
+        utterance decoded again with ``held_postroll_ms`` of the pause after its last speech frame; that is what the
+        end says if this pause becomes it. The turn policy is not told (its evidence stays the speculation's).
+
+        Only when it will be done before the hold ends: the pause so far in wall-clock time (its frames and the
+        capture the worker has not read, which the speculation's own decode left behind) plus a quarter more than
+        the speculation took. A long translated utterance's decode here takes 600-650 ms (zh_aishell1_BAC009S0764W0121
+        with a word-search pause: 652 ms, then 619 ms with the tail), and a second one started at 96 ms of pause ran
+        past the 1024-ms end and delayed the speech by ~700 ms. The quarter is not tuned: the decode hears 64 ms
+        more audio than the speculation did (118 -> 138 ms and 652 -> 619 ms on two such pauses)."""
+        o, utt = self.options, self._current
+        end = self.endpointer.speech_end_sample
+        hyp = utt.speculation
+        if (o.held_postroll_ms is None or utt.held == end or hyp is None or hyp.end != end
+                or self.history.end - end < o.held_postroll_ms * SAMPLE_RATE // 1000):
+            return
+        utt.held = end
+        lag = self._capture_lag_s()
+        if self.endpointer.silence_frames * VAD_FRAME_MS + lag * 1000 + 1.25 * utt.spec_ms > end_at_ms:
+            return  # it would still be decoding when the hold ends: the speculation stands
+        if o.overload.skip_optional(lag):
+            self.overload.speculations_skipped += 1
+            return
+        tail = o.held_postroll_ms * SAMPLE_RATE // 1000
+        if hyp.tail >= tail:  # the speculation itself had it (EndpointOptions.postroll_ms)
+            return
+        try:
+            again = self._recognize(utt.trace.start_sample, end, tail, utt.resay)
+        except Exception as e:  # noqa: BLE001 - work ahead only: the speculation stands
+            self._speculation_failed(e, utt.trace.utterance, "decode")
+            return
+        if not _has_words(again):  # the tail took the words away: the speculation stands
+            return
+        self.held_decodes += 1
+        utt.speculation = utt.heard = self._synthesize_ahead(dataclasses.replace(again, held=True),
+                                                            utt.trace.utterance)
 
     def _speculation_failed(self, e: Exception, utterance: int, what: str) -> None:
         """Count and report work ahead that raised; the utterance is not dropped (its end does the work again)."""
@@ -480,8 +525,9 @@ class Loop:
     def _finalize(self, tr: UtteranceTrace, speculation: Hypothesis | None = None,
                   heard: Hypothesis | None = None, resay: _Said | None = None) -> None:
         tail = self._postroll(tr.end_sample, tr.end_reason)
-        if speculation is not None and speculation.end == tr.end_sample and speculation.tail == tail:
-            hyp = speculation  # no speech since the pause began: the work is done
+        if speculation is not None and speculation.end == tr.end_sample and (
+                speculation.tail == tail or (speculation.held and tr.end_reason != "max_length")):
+            hyp = speculation  # no speech since the pause began: the work is done (a held one: with its tail)
             tr.speculative = True
         else:
             hyp = self._recognize(tr.start_sample, tr.end_sample, tail, resay)
@@ -496,7 +542,7 @@ class Loop:
         # Work done ahead counts as ready when the end was declared.
         detected = tr.t_ns["end_detected"]
         tr.lang, tr.text, tr.redecoded, tr.split, tr.lent = hyp.lang, hyp.text, hyp.redecoded, hyp.split, hyp.lent
-        tr.resaid = hyp.resaid
+        tr.resaid, tr.held_tail = hyp.resaid, hyp.held
         self._errors_in_row = 0  # ASR and MT worked; a TTS failure is counted again
         if not _has_words(hyp):  # "" or a lone "." on noise
             tr.dropped = "no speech recognised (silence or noise)"
@@ -535,10 +581,12 @@ class Loop:
         while self._output_backlog_s() < self.options.speech_lead_s and self._next_clause():
             pass
         if hyp.source_pending:  # the translation is on its way: now the source-language caption
-            self._transcribe_source(tr)
+            self._transcribe_source(tr, hyp.tail if hyp.held else 0)
 
-    def _transcribe_source(self, tr: UtteranceTrace) -> None:
-        audio = self._level(self._heard(tr.start_sample, tr.end_sample))
+    def _transcribe_source(self, tr: UtteranceTrace, tail: int = 0) -> None:
+        """The source-language caption of a translate route's utterance; ``tail``: the samples after its end that
+        its translation heard (a held pause's second decode), so the caption hears the same word endings."""
+        audio = self._level(self._heard(tr.start_sample, tr.end_sample + tail))
         try:
             text = self.stages.asr.transcribe(
                 audio, **self._context.at(tr.start_sample).transcribe_kwargs(tr.lang)).text.strip()

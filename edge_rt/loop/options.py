@@ -50,6 +50,16 @@ class LoopOptions:
     # Speculation: once speech pauses for this long, decode and translate the utterance so far and
     # synthesize its first clause; if the pause becomes the end, that work is reused (None: off).
     speculate_after_ms: int | None = 64
+    # A pause the speculation's own evidence holds open (TurnPolicy.settled_hold: a trailing "and" or comma,
+    # Whisper's end mark under mark_incomplete, no words) cannot end before TurnOptions.max_pause_ms (1024), and the
+    # worker has nothing to do there. Right after the speculation, the utterance is decoded (and translated, its
+    # first clause synthesized) once more with this much of the pause after its last speech frame, and that is
+    # what is said if the pause ends the turn: Whisper given audio that stops at the VAD's last speech frame drops
+    # a word's soft end (en_jfk's "And so my fellow American.", held there by its end mark 0.34). The turn
+    # policy's evidence stays the first speculation's: the tail moves Whisper's end mark, on which TurnOptions was
+    # tuned (see EndpointOptions.postroll_ms, off for that reason). 64 ms: the post-roll's value, checked on
+    # generated sentences (tools/tune_redecode.py, WER 33.5 -> 31.9 %), not tuned on the real clips. None: off.
+    held_postroll_ms: int | None = 64
     # When a pause ends the turn: the end-of-turn model, the speculative transcript and the speaker's
     # pauses end a complete sentence early and hold through a hesitation (see turn_policy.py).
     # None: the endpointer's plain hangover ends every pause.
@@ -197,6 +207,9 @@ class LoopOptions:
         if self.speculate_after_ms is not None and self.speculate_after_ms >= self.endpoint.hangover_ms:
             raise ValueError(f"speculate_after_ms ({self.speculate_after_ms}) must be shorter than the hangover "
                              f"({self.endpoint.hangover_ms} ms), or None to turn speculation off")
+        if self.held_postroll_ms is not None and not 0 < self.held_postroll_ms <= 1000:
+            raise ValueError(f"held_postroll_ms must be 1-1000 ms of a held pause decoded with the utterance, or None "
+                             f"(off), got {self.held_postroll_ms}")
         if self.turn is not None and self.turn.max_pause_ms < self.endpoint.hangover_ms:
             raise ValueError(f"turn.max_pause_ms ({self.turn.max_pause_ms}) must be at least the endpointer's "
                              f"hangover ({self.endpoint.hangover_ms} ms)")

@@ -52,6 +52,7 @@ class Hypothesis:
     resaid: bool = False  # ``translation`` is the whole sentence's, with the utterance it went on with (Resay)
     whole: str = ""  # resaid on a transcribe route: the source text translated (the two utterances' text)
     tail: int = 0  # samples decoded after ``end`` (EndpointOptions.postroll_ms; set by the loop)
+    held: bool = False  # decoded again in a held pause, with its tail (LoopOptions.held_postroll_ms; set by the loop)
 
 
 class Resay(NamedTuple):

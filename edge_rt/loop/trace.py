@@ -43,6 +43,7 @@ class UtteranceTrace:
     split: bool = False  # its words are its pieces', after a decode that said too little for its length (split.py)
     lent: bool = False  # its words start in the utterance the unsure gate dropped before it (ContextOptions.lend_within_s)
     resaid: bool = False  # its translation is the whole sentence's, with the one it talked over (barge_in "resay")
+    held_tail: bool = False  # its words are the held pause's second decode, with its tail (LoopOptions.held_postroll_ms)
     t_ns: dict[str, int] = field(default_factory=dict)
 
     def stamp(self, event: str, t_ns: int) -> None:

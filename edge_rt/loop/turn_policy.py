@@ -294,6 +294,18 @@ class TurnPolicy:
         return int(min(o.max_pause_ms, max(self.hangover_ms, adaptive)))
 
     # -- decision ------------------------------------------------------------------
+    @property
+    def settled_hold(self) -> bool:
+        """Whether the speculation's evidence (its text, Whisper's end mark, or no words at all) holds this pause to
+        ``max_pause_ms`` whatever the turn model answers later: only speech resuming ends the hold sooner."""
+        o = self.options
+        enough = self._words >= o.min_words
+        if self.text.verdict == "incomplete" or (o.unmarked_holds and self.text.verdict == "unknown" and enough):
+            return True
+        if self.mark is not None and o.mark_incomplete is not None and self.mark < o.mark_incomplete and enough:
+            return True
+        return o.empty_holds and self.text.verdict == "none" and self._spoken
+
     def decide(self) -> Decision:
         """The verdict on the current pause from the evidence so far."""
         o = self.options
@@ -302,11 +314,7 @@ class TurnPolicy:
         enough = self._words >= o.min_words
         m = self.mark
         why = (f"p={p:.2f}, " if p is not None else "") + (f"mark={m:.2f}, " if m is not None else "") + text.why
-        unmarked = o.unmarked_holds and text.verdict == "unknown" and enough
-        fragment = m is not None and o.mark_incomplete is not None and m < o.mark_incomplete and enough
-        fragment = fragment or (o.empty_holds and text.verdict == "none" and self._spoken)
-        if (text.verdict == "incomplete" or unmarked or fragment
-                or (p is not None and p < o.incomplete_probability)):
+        if self.settled_hold or (p is not None and p < o.incomplete_probability):
             return Decision("incomplete", o.max_pause_ms, why)
         if m is not None and o.mark_complete is not None and m >= o.mark_complete and enough:
             return Decision("complete", o.complete_after_ms, why)

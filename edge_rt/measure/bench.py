@@ -555,7 +555,9 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
                  "redecode_below": options.redecode.below_logprob if options.redecode else None,
                  "redecoded": sum(r.redecoded for r in results),
                  # utterances whose words came from their pieces after a sparse decode (LoopOptions.split; None: off)
-                 "split": sum(t.split for r in results for t in r.traces) if options.split else None},
+                 "split": sum(t.split for r in results for t in r.traces) if options.split else None,
+                 # utterances said from a held pause's second decode, with its tail (LoopOptions.held_postroll_ms)
+                 "held_tail": sum(t.held_tail for r in results for t in r.traces)},
         "slowdown": options.slowdown or None,
         "oracle": (f"end of the last speech region of Silero over the whole clip (frames at p >= {_ORACLE.threshold}, "
                    f"gaps under {_ORACLE.min_silence_ms} ms closed, regions under {_ORACLE.min_speech_ms} ms dropped)"),

@@ -165,7 +165,8 @@ def test_whisper_hears_the_post_roll_after_the_last_speech_frame(product_stages,
     for ms in (0, on):
         stages = copy.copy(product_stages)
         stages.asr = heard = _HeardLengths(product_stages.asr)
-        traces, _ = _run(stages, jfk, partials=False, endpoint=EndpointOptions(postroll_ms=ms))
+        # the held pause's second decode off (LoopOptions.held_postroll_ms): it hears the same tail at this pause
+        traces, _ = _run(stages, jfk, partials=False, endpoint=EndpointOptions(postroll_ms=ms), held_postroll_ms=None)
         runs[ms] = traces, heard.lengths
     (plain, plain_heard), (padded, padded_heard) = runs[0], runs[on]
     print([t.text for t in plain], [t.text for t in padded])
@@ -180,6 +181,37 @@ def test_whisper_hears_the_post_roll_after_the_last_speech_frame(product_stages,
     if "americans" in normalize(plain[0].text).split():
         pytest.skip(f"this build's Whisper writes 'Americans' without the post-roll too ({plain[0].text!r}); "
                     "the post-roll's audio was checked above")
+
+
+def test_a_held_pause_is_decoded_again_with_its_tail_and_the_turn_evidence_stays(product_stages, speech_dir):
+    """en_jfk's pause after "And so my fellow Americans" is held by Whisper's end mark (0.34 < mark_incomplete): it
+    cannot end before max_pause_ms, so the loop decodes the utterance once more with LoopOptions.held_postroll_ms of
+    the pause, and that decode (which hears the soft /s/ the VAD called silence) is what the end says. The turn
+    policy is not told: every utterance ends where and why it ended without the second decode."""
+    import copy
+
+    jfk = read_audio(speech_dir / "en_jfk.wav")
+    runs = {}
+    for held in (None, LoopOptions(target="pt").held_postroll_ms):
+        stages = copy.copy(product_stages)
+        stages.asr = heard = _HeardLengths(product_stages.asr)
+        traces, ends = _run_seeing_ends(stages, jfk, partials=False, held_postroll_ms=held)
+        runs[held] = traces, ends, heard.lengths
+    (plain, plain_ends, _), (again, again_ends, lengths) = runs[None], runs[64]
+    print([(t.text, t.end_reason) for t in plain], [(t.text, t.end_reason, t.held_tail) for t in again])
+    assert [(e[0], e[2]) for e in again_ends] == [(e[0], e[2]) for e in plain_ends]  # same ends, same reasons
+    assert [(t.start_sample, t.end_sample) for t in again] == [(t.start_sample, t.end_sample) for t in plain]
+    first = again[0]
+    assert first.end_reason == "max_pause", "premise: the pause after 'Americans' is held (Whisper's end mark)"
+    assert first.held_tail and first.speculative  # the second decode, done in the pause, was what the end said
+    n = first.end_sample - first.start_sample
+    assert n in lengths and n + 1024 in lengths  # the speculation as before, then 64 ms more
+    assert not any(t.held_tail for t in plain)
+    assert "americans" in normalize(first.text).split(), first.text
+    assert [t.text for t in again[1:]] == [t.text for t in plain[1:]]
+    if "americans" in normalize(plain[0].text).split():
+        pytest.skip(f"this build's Whisper writes 'Americans' without the tail too ({plain[0].text!r}); "
+                    "the second decode and its audio were checked above")
 
 
 def test_no_post_roll_at_a_max_length_split_and_never_past_the_capture(stages):

@@ -215,3 +215,29 @@ def test_the_model_runs_only_where_a_decision_that_can_end_the_pause_reads_its_a
     assert model_frames(TurnOptions(model_at_ms=(64,)), 288) == {2}  # the last call always stays
     assert model_frames(TurnOptions(model_at_ms=(64, 128, 192, 384), complete_after_ms=320), 288) == {6, 12}
     assert model_frames(TurnOptions(), 288, every=True) == {2, 6, 12, 24}  # every call (tools/tune_turn.py's recording)
+
+
+@pytest.mark.parametrize("text, mark, p, settled", [
+    ("I went to the", float("nan"), 0.99, True),  # a trailing word that cannot end a sentence
+    ("because of the weather,", float("nan"), None, True),  # a comma
+    ("And so my fellow American.", 0.34, 0.97, True),  # Whisper's end mark under mark_incomplete (0.5)
+    ("", float("nan"), 0.99, True),  # the speculation heard no words
+    ("Yes.", 0.1, None, False),  # one word: its mark says nothing (min_words)
+    ("He could wait no longer.", 0.7, 0.1, False),  # held only by the model's answer, which the next call can change
+    ("He could wait no longer.", 0.9, 0.99, False),  # complete
+])
+def test_a_hold_is_settled_only_by_the_speculations_own_evidence(text, mark, p, settled):
+    """TurnPolicy.settled_hold: the evidence that no later turn-model answer can overrule (the loop decodes such a
+    held pause again with its tail, LoopOptions.held_postroll_ms); decide() holds it whatever the model says."""
+    t = policy()
+    t.pause_started()
+    t.note_text(text, "en", mark)
+    if p is not None:
+        t.note_turn(p)
+    assert t.settled_hold is settled
+    if settled:
+        for later in (0.0, 0.5, 0.99):
+            t.note_turn(later)
+            assert t.decide().reason == "incomplete" and t.settled_hold
+    t.pause_started()
+    assert not t.settled_hold  # a new pause: no speculation yet
