@@ -51,7 +51,8 @@ class EndpointOptions:
     # and the hesitation ends the utterance. Recorded with it (tools/tune_turn.py --postroll-ms 64), the held-out
     # half ends 11 of 17 spliced hesitations against 7 at the defaults (8 against 5-6 at a higher mark_incomplete;
     # the tuning half: 2/15 against 3/15): audio that stops at the last speech frame is itself a sign the sentence
-    # goes on. See README "A word's soft end".
+    # goes on. See README "A word's soft end". Where the speculation's evidence holds a pause anyway, the loop decodes
+    # it once more with a tail of its own, without telling the policy (LoopOptions.held_postroll_ms).
     postroll_ms: int = 0
     max_utterance_s: float = 28.0  # split longer speech (fits Whisper's 30 s window with pre-roll)
     split_search_s: float = 4.0  # where to look for the quietest point when splitting
