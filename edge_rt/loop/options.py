@@ -52,18 +52,21 @@ class LoopOptions:
     speculate_after_ms: int | None = 64
     # A pause the speculation's own evidence holds open (TurnPolicy.settled_hold: a trailing "and" or comma,
     # Whisper's end mark under mark_incomplete, no words) cannot end before TurnOptions.max_pause_ms (1024), and the
-    # worker has nothing to do there. Right after the speculation, the utterance is decoded (and translated, its
-    # first clause synthesized) once more with this much of the pause after its last speech frame, and that is
-    # what is said if the pause ends the turn: Whisper given audio that stops at the VAD's last speech frame drops
-    # a word's soft end (en_jfk's "And so my fellow American.", held there by its end mark 0.34). The turn
-    # policy's evidence stays the first speculation's: the tail moves Whisper's end mark, on which TurnOptions was
-    # tuned (see EndpointOptions.postroll_ms, off for that reason). Only when it will be done before the hold ends
-    # (Loop._redecode_held). 64 ms: the post-roll's value, checked on generated sentences (tools/tune_redecode.py,
-    # WER 33.5 -> 31.9 %), not tuned on the real clips. Measured after it was chosen, off -> 64 interleaved in one run
-    # (tools/loop_ab.py --vary held_postroll_ms=off,64, the 33 clips and their paused versions): live English WER
-    # 6.98 -> 6.51 % and 7.62 -> 7.14 % (en_jfk "Americans"), talk-over and per-clip turn latency the same (x1.000).
-    # None: off.
-    held_postroll_ms: int | None = 64
+    # worker has nothing to do there. With a value here, right after the speculation the utterance is decoded (and
+    # translated, its first clause synthesized) once more with this many ms of the pause after its last speech
+    # frame, and that is what is said if the pause ends the turn: Whisper given audio that stops at the VAD's last
+    # speech frame drops a word's soft end (en_jfk's "And so my fellow American.", held there by its end mark 0.34).
+    # The turn policy's evidence stays the first speculation's (the tail moves Whisper's end mark, on which
+    # TurnOptions was tuned: see EndpointOptions.postroll_ms). Only when it will be done before the hold ends
+    # (Loop._redecode_held). **Off (None) by default**: on generated sentences (tools/tune_redecode.py --candidates
+    # default+held_postroll_ms=none,default; 40 items each, seed 53 plain and with a 0.8-s hesitation, seed 59 with
+    # it) WER 25.0 -> 25.3, 43.6 -> 44.5 and 48.5 -> 49.5 % with 64 ms (empty items 4 -> 3, 3 -> 3, 10 -> 8; no
+    # babble-alone text added; +45-65 % decode time), Whisper moving words by chance as the audio grows ("The library
+    # has a large collection" -> "The library for large collection"). On the real clips, interleaved in one run
+    # (tools/loop_ab.py --vary held_postroll_ms=off,64): live English WER 6.98 -> 6.51 % and 7.62 -> 7.14 % (en_jfk
+    # "Americans"), talk-over and per-clip turn latency the same; but the default is chosen on generated data, not on
+    # the clips it is reported on.
+    held_postroll_ms: int | None = None
     # When a pause ends the turn: the end-of-turn model, the speculative transcript and the speaker's
     # pauses end a complete sentence early and hold through a hesitation (see turn_policy.py).
     # None: the endpointer's plain hangover ends every pause.

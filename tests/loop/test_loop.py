@@ -165,7 +165,8 @@ def test_whisper_hears_the_post_roll_after_the_last_speech_frame(product_stages,
     for ms in (0, on):
         stages = copy.copy(product_stages)
         stages.asr = heard = _HeardLengths(product_stages.asr)
-        # the held pause's second decode off (LoopOptions.held_postroll_ms): it hears the same tail at this pause
+        # the held pause's second decode off (LoopOptions.held_postroll_ms, off by default): it would hear the same
+        # tail at this pause
         traces, _ = _run(stages, jfk, partials=False, endpoint=EndpointOptions(postroll_ms=ms), held_postroll_ms=None)
         runs[ms] = traces, heard.lengths
     (plain, plain_heard), (padded, padded_heard) = runs[0], runs[on]
@@ -185,14 +186,15 @@ def test_whisper_hears_the_post_roll_after_the_last_speech_frame(product_stages,
 
 def test_a_held_pause_is_decoded_again_with_its_tail_and_the_turn_evidence_stays(product_stages, speech_dir):
     """en_jfk's pause after "And so my fellow Americans" is held by Whisper's end mark (0.34 < mark_incomplete): it
-    cannot end before max_pause_ms, so the loop decodes the utterance once more with LoopOptions.held_postroll_ms of
-    the pause, and that decode (which hears the soft /s/ the VAD called silence) is what the end says. The turn
-    policy is not told: every utterance ends where and why it ended without the second decode."""
+    cannot end before max_pause_ms, so with LoopOptions.held_postroll_ms (off by default) the loop decodes the
+    utterance once more with that much of the pause, and that decode (which hears the soft /s/ the VAD called
+    silence) is what the end says. The turn policy is not told: every utterance ends where and why it ended without
+    the second decode."""
     import copy
 
     jfk = read_audio(speech_dir / "en_jfk.wav")
     runs = {}
-    for held in (None, LoopOptions(target="pt").held_postroll_ms):
+    for held in (None, 64):  # off by default (see LoopOptions.held_postroll_ms)
         stages = copy.copy(product_stages)
         stages.asr = heard = _HeardLengths(product_stages.asr)
         traces, ends = _run_seeing_ends(stages, jfk, partials=False, held_postroll_ms=held)
