@@ -145,7 +145,6 @@ class Loop:
                              if options.partials and options.partial_stop_db is not None else None)
         self.partials_stopped = 0
         self.heard_kept = 0  # utterances whose end decode gave no words, spoken from an earlier pause's words
-        self.held_decodes = 0  # held pauses decoded again with their tail (LoopOptions.held_postroll_ms)
         # The text that is translated: decoded with a beam when asked (partials stay greedy); the same engines.
         self._final_asr = stages.asr
         if options.beam_size > 1:
@@ -356,7 +355,8 @@ class Loop:
                 self.turn_errors += 1
                 self.errors.append(f"utterance {utt.trace.utterance} end-of-turn model: {type(e).__name__}: {e}")
         decision = policy.decide()
-        if not spoken and decision.reason == "incomplete" and policy.settled_hold:
+        if (self.options.held_postroll_ms is not None and not spoken and decision.reason == "incomplete"
+                and policy.settled_hold):
             self._redecode_held(decision.end_at_ms)
         frames = pause_frames(decision.end_at_ms)
         if silence >= frames:
@@ -404,8 +404,9 @@ class Loop:
         o, utt = self.options, self._current
         end = self.endpointer.speech_end_sample
         hyp = utt.speculation
-        if (o.held_postroll_ms is None or utt.held == end or hyp is None or hyp.end != end
-                or self.history.end - end < o.held_postroll_ms * SAMPLE_RATE // 1000):
+        tail = o.held_postroll_ms * SAMPLE_RATE // 1000
+        # hyp.tail >= tail: the speculation itself had it (EndpointOptions.postroll_ms)
+        if utt.held == end or hyp is None or hyp.end != end or hyp.tail >= tail or self.history.end - end < tail:
             return
         utt.held = end
         lag = self._capture_lag_s()
@@ -414,9 +415,6 @@ class Loop:
         if o.overload.skip_optional(lag):
             self.overload.speculations_skipped += 1
             return
-        tail = o.held_postroll_ms * SAMPLE_RATE // 1000
-        if hyp.tail >= tail:  # the speculation itself had it (EndpointOptions.postroll_ms)
-            return
         try:
             again = self._recognize(utt.trace.start_sample, end, tail, utt.resay)
         except Exception as e:  # noqa: BLE001 - work ahead only: the speculation stands
@@ -424,7 +422,6 @@ class Loop:
             return
         if not _has_words(again):  # the tail took the words away: the speculation stands
             return
-        self.held_decodes += 1
         utt.speculation = utt.heard = self._synthesize_ahead(dataclasses.replace(again, held=True),
                                                             utt.trace.utterance)
 
