@@ -32,7 +32,7 @@ and their paused versions with two settings).
                              | noisy_preroll=off,20 | repeat_words=off,3 | lend_within_s=off,2
                              | loudspeaker=off,frontend,frontend+64,on | loudspeaker=on+64,on | loudspeaker=off,on-tone,on | loudspeaker=off,on-pass,on
                              | loudspeaker=on@pause,on | barge_in=continue,resay | turn_calls=all,needed
-                             | held_postroll_ms=off,64]
+                             | held_postroll_ms=off,64 | spinning=all,tuned]
                             [--limit N] [--ids ID,ID]
                             [--no-paused | --paused-only]
 """
@@ -91,7 +91,32 @@ KNOBS = {
     # the end-of-turn model's calls: "needed" (TurnPolicy.model_frames, the loop's) or "all" of model_at_ms (the
     # loop before 2026-12-06, which also ran it at 64 ms, where no decision that can end the pause reads it)
     "turn_calls": lambda v: {"_all_calls": _turn_calls(v)},
+    # which ONNX Runtime sessions' threads spin after a run (SessionOptions.spinning): "all" (ONNX Runtime's default,
+    # the loop before 2026-12-07), "tuned" (backends.factory.ORT_TUNING: the Whisper decoder alone) or "none"; each
+    # value has its own stages, loaded with that setting
+    "spinning": lambda v: {"_spinning": _spinning(v)},
 }
+
+
+def _spinning(v: str) -> str:
+    if v not in ("all", "tuned", "none"):
+        raise SystemExit(f"--vary spinning takes all, tuned or none, got {v!r}")
+    return v
+
+
+def _stages_spinning(options: bench.BenchOptions, v: str):
+    """The bench's stages with every session spinning (``all``), none (``none``) or as ORT_TUNING says (``tuned``)."""
+    import edge_rt.backends.factory as factory
+
+    saved = {k: dict(e) for k, e in factory.ORT_TUNING.items()}
+    if v != "tuned":
+        for key in ("vad", "asr", "mt", "tts", "turn", "asr/decoder"):
+            factory.ORT_TUNING[key] = {**factory.ORT_TUNING.get(key, {}), "spinning": v == "all"}
+    try:
+        return bench.load_bench_stages(options)[1]
+    finally:
+        factory.ORT_TUNING.clear()
+        factory.ORT_TUNING.update(saved)
 
 
 def _turn_calls(v: str) -> bool:
@@ -161,6 +186,7 @@ def main(argv=None) -> int:
         ap.error(f"--vary takes KEY=A,B[,C...] with KEY one of {', '.join(KNOBS)}, got {args.vary!r}")
     names = [f"{key}={v}" for v in values.split(",")]
     setting = {n: KNOBS[key](v) for n, v in zip(names, values.split(","))}
+    stages_of = {n: _stages_spinning(options, s["_spinning"]) if "_spinning" in s else stages for n, s in setting.items()}
     # with a loudspeaker setting among them, every setting's clip comes after the same silence (bench.LOUDSPEAKER_LEAD)
     lead = any(s.get("loudspeaker") or s.get("frontend") for s in setting.values())
     rows: dict[str, list] = {"real": [], "paused": []}
@@ -181,6 +207,7 @@ def main(argv=None) -> int:
                 extra = dict(setting[name])
                 tone, echo, passing = extra.pop("_tone", True), extra.pop("_echo", True), extra.pop("_pass", True)
                 all_calls = extra.pop("_all_calls", False)
+                extra.pop("_spinning", None)
                 if extra.pop("loudspeaker", False):
                     loop_opts = loudspeaker_mode(loop_opts)
                 loop_opts = dataclasses.replace(loop_opts, **extra)
@@ -189,7 +216,7 @@ def main(argv=None) -> int:
                     loop_opts = dataclasses.replace(loop_opts, frontend=dataclasses.replace(loop_opts.frontend, **without))
                 # loudspeaker runs hear their playback as `bench --loudspeaker` does (6 dB down, 40 ms late)
                 with _every_turn_call(all_calls):
-                    run = bench.run_clip(stages, a, loop_opts, options.tail_s,
+                    run = bench.run_clip(stages_of[name], a, loop_opts, options.tail_s,
                                          EchoPath() if loop_opts.frontend is not None and echo else None, lead=lead)
                 t, taking = run.turn(end), run.taking(end, pauses)
                 result[name] = (t.latency_ms, taking.talk_over, run.captions.final_text(), taking.finish_lag_ms,

@@ -53,7 +53,10 @@ CPU_ONLY = {
 #       after load (134 MB before), so there is little left to save.
 #   "tts": {"graph_optimization": "basic"}  -0.3 s CPU at load (0.51 vs 0.80 s), synthesis as fast (CPU -6 %),
 #       but samples differ from piper-tts by up to 2.5e-5, over tests/stages/tts/test_voice.py's atol 1e-5.
-ORT_TUNING: dict[str, dict[str, object]] = {"asr/encoder": {"mem_pattern": False}}
+# "asr/decoder": {"spinning": True}: its threads spin between runs (SessionOptions.spinning, off for every other
+#   session): a greedy decode runs it once per token, and with its threads asleep between steps Whisper took
+#   207-216 ms against 143-153 ms on the pause work of `python tools/spin_ab.py`.
+ORT_TUNING: dict[str, dict[str, object]] = {"asr/encoder": {"mem_pattern": False}, "asr/decoder": {"spinning": True}}
 
 
 class BackendUnavailableError(EdgeRtError, RuntimeError):

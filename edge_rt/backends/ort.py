@@ -34,6 +34,18 @@ class SessionOptions:
     # rose to 426 MB (heap fragmentation) and runs were several times slower here.
     memory_arena: str = "shared"
     mem_pattern: bool = True  # one planned block per input shape; off (with the arena off) raised peaks 20-80 MB
+    # The intra-op pool's threads spin after a run (ONNX Runtime's default) or sleep. Spinning hands the next run
+    # its threads at once, which pays only for one session's many short runs in a row (the Whisper decoder's steps:
+    # ORT_TUNING turns it on there); every other session's spinning threads took the cores from the next session
+    # the loop's one worker ran: on the 2-core x86 here a Smart Turn call took 27 ms alone and 46-49 ms right after
+    # a Whisper decode. What a pause costs the loop (Whisper, then the turn model, Marian and the first TTS clause on
+    # each of 3 English clips' first 6 s; default pack INT8, 2 threads, 2-core Xeon with AVX-VNNI, medians of 9 per
+    # setting, the settings in turn, each in its own process: `python tools/spin_ab.py`): every session spinning
+    # (before 2026-12-07) 246-248 ms (Whisper 178-184, turn 43-46), the decoder alone 202-210 ms (Whisper 143-153,
+    # turn 38); none spinning 253-262 ms (Whisper 207-216: its decoder waking its threads at every step).
+    # (ONNX Runtime's process-wide pool was faster still, 178 ms, but once it exists every session in the process
+    # must join it, and the peer stack's Piper and faster-whisper's VAD make their own: not taken.)
+    spinning: bool = False
 
 
 _ARENAS = ("shared", "session", "off")
@@ -73,6 +85,7 @@ class OrtEngine:
         if options.memory_arena == "shared" and _register_shared_arena():
             so.add_session_config_entry("session.use_env_allocators", "1")
         so.enable_mem_pattern = options.mem_pattern
+        so.add_session_config_entry("session.intra_op.allow_spinning", "1" if options.spinning else "0")
         if not options.prepack:
             so.add_session_config_entry("session.disable_prepacking", "1")
         self._initializers = {}  # name -> (array, OrtValue): both must outlive the session

@@ -12,6 +12,9 @@ to gain from BLAS threads.
 (which finds whichever BLAS numpy loaded: OpenBLAS, MKL, BLIS); :func:`~edge_rt.pipeline.load_stages`
 calls it, so the runtime (``translate``, ``run``, ``serve``, ``bench``, ``eval``) gets it and the
 offline build keeps numpy's default.
+
+ONNX Runtime's own pools spin the same way after a run; which sessions may is
+``SessionOptions.spinning`` (edge_rt/backends/ort.py).
 """
 
 from __future__ import annotations

@@ -220,7 +220,9 @@ def test_sessions_on_a_shared_initializer_compute_what_their_files_say(matmuls):
         np.testing.assert_array_equal(engine.run(x)["y"], plain.run(x)["y"])
 
 
-@pytest.mark.parametrize("options", [SessionOptions(intra_op_threads=1, prepack=False),
+@pytest.mark.parametrize("options", [SessionOptions(intra_op_threads=2, spinning=True),
+                                     SessionOptions(intra_op_threads=2, spinning=False),
+                                     SessionOptions(intra_op_threads=1, prepack=False),
                                      SessionOptions(intra_op_threads=1, memory_arena="session"),
                                      SessionOptions(intra_op_threads=1, memory_arena="off", mem_pattern=False)])
 def test_memory_knobs_do_not_change_results(matmuls, options):
@@ -228,6 +230,15 @@ def test_memory_knobs_do_not_change_results(matmuls, options):
     x = {"x": np.ones((1, 64), np.float32)}
     # Unpacked weights take another MLAS kernel: the same sums in another order (float rounding only).
     np.testing.assert_allclose(OrtEngine(d / "a.onnx", options).run(x)["y"], x["x"] @ w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("spinning", [True, False])
+def test_spinning_reaches_the_session(matmuls, spinning):
+    """SessionOptions.spinning is ONNX Runtime's intra-op allow_spinning (its threads spin after a run, or sleep)."""
+    d, _, _ = matmuls
+    engine = OrtEngine(d / "a.onnx", SessionOptions(intra_op_threads=2, spinning=spinning))
+    entry = engine._session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning")
+    assert entry == ("1" if spinning else "0")
 
 
 def test_an_unknown_arena_setting_is_named(matmuls):
