@@ -43,7 +43,9 @@ class TurnModelOptions:
     # The loop runs the model on its one worker thread, after the speculation, never beside ASR, and at
     # the first call of a pause the decision waits for it. On this project's 2-core x86 (no VNNI), with
     # numpy's BLAS on one thread (backends/threads.py), a call took 75 ms on one thread and 44-52 ms on two
-    # (FACTS.md's ~24 ms was a faster core).
+    # (FACTS.md's ~24 ms was a faster core). On a 2-core Xeon with AVX-VNNI: 27 ms alone, 46-49 ms right after a
+    # Whisper decode while the other sessions' threads spun, 39 ms since only the decoder's do (backends/ort.py,
+    # SessionOptions.spinning).
     threads: int = 2
 
 
