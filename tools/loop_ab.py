@@ -186,7 +186,8 @@ def main(argv=None) -> int:
         ap.error(f"--vary takes KEY=A,B[,C...] with KEY one of {', '.join(KNOBS)}, got {args.vary!r}")
     names = [f"{key}={v}" for v in values.split(",")]
     setting = {n: KNOBS[key](v) for n, v in zip(names, values.split(","))}
-    stages_of = {n: _stages_spinning(options, s["_spinning"]) if "_spinning" in s else stages for n, s in setting.items()}
+    stages_of = {n: _stages_spinning(options, s["_spinning"]) if "_spinning" in s else stages
+                 for n, s in setting.items()}
     # with a loudspeaker setting among them, every setting's clip comes after the same silence (bench.LOUDSPEAKER_LEAD)
     lead = any(s.get("loudspeaker") or s.get("frontend") for s in setting.values())
     rows: dict[str, list] = {"real": [], "paused": []}

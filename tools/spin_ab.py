@@ -77,8 +77,9 @@ def main() -> int:
     times = {s: {stage: [] for stage in STAGES} for s in SETTINGS}
     for _ in range(args.rounds):
         for setting in SETTINGS:
-            out = subprocess.run([sys.executable, __file__, "--child", setting, "--pack", args.pack,
-                                  "--items", str(args.items), "--seed", str(args.seed)], capture_output=True, text=True, check=True).stdout
+            child_args = ["--child", setting, "--pack", args.pack, "--items", str(args.items), "--seed", str(args.seed)]
+            out = subprocess.run([sys.executable, __file__, *child_args], capture_output=True, text=True,
+                                 check=True).stdout
             for stage, values in json.loads(out.splitlines()[-1]).items():
                 times[setting][stage].extend(values)
     print(f"median ms over {len(times['tuned']['all'])} passes each ({args.items} items x 3 x {args.rounds} rounds)")

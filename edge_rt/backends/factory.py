@@ -55,7 +55,7 @@ CPU_ONLY = {
 #       but samples differ from piper-tts by up to 2.5e-5, over tests/stages/tts/test_voice.py's atol 1e-5.
 # "asr/decoder": {"spinning": True}: its threads spin between runs (SessionOptions.spinning, off for every other
 #   session): a greedy decode runs it once per token, and with its threads asleep between steps Whisper took
-#   207-216 ms against 143-153 ms on the pause work of `python tools/spin_ab.py`.
+#   157 ms against 115 ms on the generated utterances of `python tools/spin_ab.py`.
 ORT_TUNING: dict[str, dict[str, object]] = {"asr/encoder": {"mem_pattern": False}, "asr/decoder": {"spinning": True}}
 
 

@@ -38,13 +38,13 @@ class SessionOptions:
     # its threads at once, which pays only for one session's many short runs in a row (the Whisper decoder's steps:
     # ORT_TUNING turns it on there); every other session's spinning threads took the cores from the next session
     # the loop's one worker ran: on the 2-core x86 here a Smart Turn call took 27 ms alone and 46-49 ms right after
-    # a Whisper decode. What a pause costs the loop (Whisper, then the turn model, Marian and the first TTS clause on
-    # each of 3 English clips' first 6 s; default pack INT8, 2 threads, 2-core Xeon with AVX-VNNI, medians of 9 per
-    # setting, the settings in turn, each in its own process: `python tools/spin_ab.py`): every session spinning
-    # (before 2026-12-07) 246-248 ms (Whisper 178-184, turn 43-46), the decoder alone 202-210 ms (Whisper 143-153,
-    # turn 38); none spinning 253-262 ms (Whisper 207-216: its decoder waking its threads at every step).
-    # (ONNX Runtime's process-wide pool was faster still, 178 ms, but once it exists every session in the process
-    # must join it, and the peer stack's Piper and faster-whisper's VAD make their own: not taken.)
+    # a Whisper decode. What a pause costs the loop (Whisper, then the turn model, Marian and the first TTS clause, on
+    # 3 generated 6-s utterances, not the eval clips; default pack INT8, 2 threads, 2-core Xeon with AVX-VNNI, medians
+    # of 27 per setting, the settings in turn, each in its own process: `python tools/spin_ab.py`): every session
+    # spinning (before 2026-12-07) 222 ms (Whisper 161, turn 47), the decoder alone 167 ms (Whisper 115, turn 39), none
+    # 202 ms (Whisper 157: its decoder waking its threads at every step); Piper's whole English speech of the same
+    # text 260 / 204 / 206 ms. (ONNX Runtime's process-wide pool was faster still, but once it exists every session in
+    # the process must join it, and the peer stack's Piper and faster-whisper's VAD make their own: not taken.)
     spinning: bool = False
 
 
