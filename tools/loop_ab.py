@@ -61,6 +61,7 @@ from edge_rt.loop.turn_policy import TurnOptions  # noqa: E402
 from edge_rt.measure import bench  # noqa: E402
 from edge_rt.measure.paused import PauseOptions, paused_clip  # noqa: E402
 from edge_rt.measure.turn_taking import live_error_rates  # noqa: E402
+from spin_ab import SETTINGS as SPINNING, spinning  # noqa: E402  (tools/, this script's own folder)
 
 
 # knob -> LoopOptions fields for one value of it (as written on the command line)
@@ -99,24 +100,15 @@ KNOBS = {
 
 
 def _spinning(v: str) -> str:
-    if v not in ("all", "tuned", "none"):
-        raise SystemExit(f"--vary spinning takes all, tuned or none, got {v!r}")
+    if v not in SPINNING:
+        raise SystemExit(f"--vary spinning takes {', '.join(SPINNING)}, got {v!r}")
     return v
 
 
 def _stages_spinning(options: bench.BenchOptions, v: str):
     """The bench's stages with every session spinning (``all``), none (``none``) or as ORT_TUNING says (``tuned``)."""
-    import edge_rt.backends.factory as factory
-
-    saved = {k: dict(e) for k, e in factory.ORT_TUNING.items()}
-    if v != "tuned":
-        for key in ("vad", "asr", "mt", "tts", "turn", "asr/decoder"):
-            factory.ORT_TUNING[key] = {**factory.ORT_TUNING.get(key, {}), "spinning": v == "all"}
-    try:
+    with spinning(v):
         return bench.load_bench_stages(options)[1]
-    finally:
-        factory.ORT_TUNING.clear()
-        factory.ORT_TUNING.update(saved)
 
 
 def _turn_calls(v: str) -> bool:

@@ -18,6 +18,7 @@ three timed ones. Prints the medians per stage and setting.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
@@ -30,15 +31,30 @@ SETTINGS = ("all", "tuned", "none")
 STAGES = ("asr", "turn", "mt", "tts", "all", "piper")
 
 
-def child(setting: str, pack: str, items: int, seed: int) -> dict[str, list[float]]:
+@contextlib.contextmanager
+def spinning(setting: str):
+    """Inside: the engines a factory makes spin as ``setting`` says (``all``, ``tuned``: ORT_TUNING as it is, or
+    ``none``); ORT_TUNING is restored after. Also ``tools/loop_ab.py --vary spinning=...``'s."""
     import edge_rt.backends.factory as factory
 
-    if setting != "tuned":  # every session of the pack, whatever its tuning says
-        for key in ("vad", "asr", "mt", "tts", "turn", "asr/decoder"):
-            factory.ORT_TUNING[key] = {**factory.ORT_TUNING.get(key, {}), "spinning": setting == "all"}
+    if setting not in SETTINGS:
+        raise SystemExit(f"spinning takes {', '.join(SETTINGS)}, got {setting!r}")
+    saved = {k: dict(e) for k, e in factory.ORT_TUNING.items()}
+    if setting != "tuned":  # every stage, and every "stage/model" entry (which wins over its stage's)
+        for key in ("vad", "asr", "mt", "tts", "turn", *(k for k in saved if "/" in k)):
+            factory.ORT_TUNING[key] = {**saved.get(key, {}), "spinning": setting == "all"}
+    try:
+        yield
+    finally:
+        factory.ORT_TUNING.clear()
+        factory.ORT_TUNING.update(saved)
+
+
+def child(setting: str, pack: str, items: int, seed: int) -> dict[str, list[float]]:
     from tune_unsure import talkers_and_stages
 
-    talkers, stages = talkers_and_stages(pack, seed)  # the same sentences in every process (seeded)
+    with spinning(setting):
+        talkers, stages = talkers_and_stages(pack, seed)  # the same sentences in every process (seeded)
     audio = [np.concatenate([talkers.say("en"), talkers.say("en")])[: 6 * 16000] for _ in range(items)]
     times: dict[str, list[float]] = {s: [] for s in STAGES}
     for rep in range(4):
