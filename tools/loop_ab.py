@@ -32,7 +32,7 @@ and their paused versions with two settings).
                              | noisy_preroll=off,20 | repeat_words=off,3 | lend_within_s=off,2
                              | loudspeaker=off,frontend,frontend+64,on | loudspeaker=on+64,on | loudspeaker=off,on-tone,on | loudspeaker=off,on-pass,on
                              | loudspeaker=on@pause,on | barge_in=continue,resay | turn_calls=all,needed
-                             | held_postroll_ms=off,64 | spinning=all,tuned]
+                             | held_postroll_ms=off,64 | spinning=decoder,run]
                             [--limit N] [--ids ID,ID]
                             [--no-paused | --paused-only]
 """
@@ -92,9 +92,10 @@ KNOBS = {
     # the end-of-turn model's calls: "needed" (TurnPolicy.model_frames, the loop's) or "all" of model_at_ms (the
     # loop before 2026-12-06, which also ran it at 64 ms, where no decision that can end the pause reads it)
     "turn_calls": lambda v: {"_all_calls": _turn_calls(v)},
-    # which ONNX Runtime sessions' threads spin after a run (SessionOptions.spinning): "all" (ONNX Runtime's default,
-    # the loop before 2026-12-07), "tuned" (backends.factory.ORT_TUNING: the Whisper decoder alone) or "none"; each
-    # value has its own stages, loaded with that setting
+    # when ONNX Runtime sessions' threads spin (SessionOptions.spinning), one of tools/spin_ab.py's settings:
+    # "always" (ONNX Runtime's default, the loop before 2026-12-07), "decoder" (the Whisper decoder's alone, the
+    # twenty-eighth session's), "off", "run" (while each run lasts: the default since) or "tuned" (as the code
+    # has it); each value has its own stages, loaded with that setting
     "spinning": lambda v: {"_spinning": _spinning(v)},
 }
 
@@ -106,7 +107,7 @@ def _spinning(v: str) -> str:
 
 
 def _stages_spinning(options: bench.BenchOptions, v: str):
-    """The bench's stages with every session spinning (``all``), none (``none``) or as ORT_TUNING says (``tuned``)."""
+    """The bench's stages with their sessions' threads spinning as ``v`` says (tools/spin_ab.py's settings)."""
     with spinning(v):
         return bench.load_bench_stages(options)[1]
 

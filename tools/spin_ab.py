@@ -2,10 +2,13 @@
 (``SessionOptions.spinning``; which sessions spin: ``backends.factory.ORT_TUNING``). Each setting runs in its
 own process; the settings take turns, round after round:
 
-    python tools/spin_ab.py [--rounds 3] [--pack default] [--items 3] [--seed 5]
+    python tools/spin_ab.py [--rounds 3] [--pack default] [--items 3] [--seed 5] [--settings always,decoder,off,run]
 
-Settings: ``all`` (every session spins: ONNX Runtime's default, the loop before 2026-12-07), ``tuned``
-(ORT_TUNING as it is: the Whisper decoder alone), ``none``.
+Settings: ``always`` (every session's threads spin on after its runs: ONNX Runtime's default, the loop before
+2026-12-07), ``decoder`` (the Whisper decoder's spin on after its runs, every other session's sleep: the
+twenty-eighth session's default), ``off`` (every session's sleep, between ops too), ``run`` (every session's spin
+while its runs last and stop when they return: the default since the twenty-ninth session), ``tuned``
+(``backends.factory.ORT_TUNING`` and ``SessionOptions`` as they are).
 
 Each process loads the pack (INT8, the loop's 2 threads) and, for each of ``--items`` generated utterances (two
 calibration sentences read by the recipe's English voices, as the tuning tools make them, cut to 6 s; not the
@@ -27,22 +30,23 @@ import time
 
 import numpy as np
 
-SETTINGS = ("all", "tuned", "none")
+SETTINGS = ("always", "decoder", "off", "run", "tuned")
 STAGES = ("asr", "turn", "mt", "tts", "all", "piper")
 
 
 @contextlib.contextmanager
 def spinning(setting: str):
-    """Inside: the engines a factory makes spin as ``setting`` says (``all``, ``tuned``: ORT_TUNING as it is, or
-    ``none``); ORT_TUNING is restored after. Also ``tools/loop_ab.py --vary spinning=...``'s."""
+    """Inside: the engines a factory makes spin as ``setting`` says (one of :data:`SETTINGS`); ORT_TUNING is
+    restored after. Also ``tools/loop_ab.py --vary spinning=...``'s."""
     import edge_rt.backends.factory as factory
 
     if setting not in SETTINGS:
         raise SystemExit(f"spinning takes {', '.join(SETTINGS)}, got {setting!r}")
     saved = {k: dict(e) for k, e in factory.ORT_TUNING.items()}
     if setting != "tuned":  # every stage, and every "stage/model" entry (which wins over its stage's)
-        for key in ("vad", "asr", "mt", "tts", "turn", *(k for k in saved if "/" in k)):
-            factory.ORT_TUNING[key] = {**saved.get(key, {}), "spinning": setting == "all"}
+        for key in ("vad", "asr", "mt", "tts", "turn", "asr/decoder", *(k for k in saved if "/" in k)):
+            value = setting if setting != "decoder" else "always" if key == "asr/decoder" else "off"
+            factory.ORT_TUNING[key] = {**saved.get(key, {}), "spinning": value}
     try:
         yield
     finally:
@@ -85,22 +89,29 @@ def main() -> int:
     ap.add_argument("--pack", default="default")
     ap.add_argument("--items", type=int, default=3)
     ap.add_argument("--seed", type=int, default=5)
+    ap.add_argument("--settings", default="always,decoder,off,run",
+                    help=f"comma-separated, of {', '.join(SETTINGS)}")
     ap.add_argument("--child", choices=SETTINGS, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    settings = args.settings.split(",")
+    for setting in settings:
+        if setting not in SETTINGS:
+            ap.error(f"--settings takes {', '.join(SETTINGS)}, got {setting!r}")
     if args.child:
         print(json.dumps(child(args.child, args.pack, args.items, args.seed)))
         return 0
-    times = {s: {stage: [] for stage in STAGES} for s in SETTINGS}
+    times = {s: {stage: [] for stage in STAGES} for s in settings}
     for _ in range(args.rounds):
-        for setting in SETTINGS:
+        for setting in settings:
             child_args = ["--child", setting, "--pack", args.pack, "--items", str(args.items), "--seed", str(args.seed)]
             out = subprocess.run([sys.executable, __file__, *child_args], capture_output=True, text=True,
                                  check=True).stdout
             for stage, values in json.loads(out.splitlines()[-1]).items():
                 times[setting][stage].extend(values)
-    print(f"median ms over {len(times['tuned']['all'])} passes each ({args.items} items x 3 x {args.rounds} rounds)")
+    passes = len(times[settings[0]]["all"])
+    print(f"median ms over {passes} passes each ({args.items} items x 3 x {args.rounds} rounds)")
     print(f"{'spinning':10s}" + "".join(f"{s:>9s}" for s in STAGES))
-    for setting in SETTINGS:
+    for setting in settings:
         print(f"{setting:10s}" + "".join(f"{statistics.median(times[setting][s]):9.1f}" for s in STAGES))
     return 0
 

@@ -45,7 +45,7 @@ CPU_ONLY = {
 #   on|off`), with / without: 5 s 72-104 / 75-103 ms, 10 s 152-176 / 164-209, 15 s 246-281 / 264-289, 20 s
 #   359-404 / 394-426, 30 s 671-740 / 640-758 ms: the 20-s window ~5 % slower, the others within the rounds'
 #   spread. Turning the arena off as well raised the peak to 664 MB.
-# Two measured candidates not taken (default pack, INT8, x86, 2 threads, interleaved A/B runs):
+# Measured candidates not taken (default pack, INT8, x86, 2 threads, interleaved A/B runs):
 #   "asr/decoder": {"prepack": False}  -101 MB RSS (the Whisper decoder's tied embedding is not packed a second
 #       time for the logits Gemm) and -0.37 s CPU at load, but transcribing en_jfk took +7 % CPU / +13 % wall;
 #       not measured on aarch64. Measured on the FP32 decoder and the INT8 one that kept the projection float;
@@ -53,10 +53,11 @@ CPU_ONLY = {
 #       after load (134 MB before), so there is little left to save.
 #   "tts": {"graph_optimization": "basic"}  -0.3 s CPU at load (0.51 vs 0.80 s), synthesis as fast (CPU -6 %),
 #       but samples differ from piper-tts by up to 2.5e-5, over tests/stages/tts/test_voice.py's atol 1e-5.
-# "asr/decoder": {"spinning": True}: its threads spin between runs (SessionOptions.spinning, off for every other
-#   session): a greedy decode runs it once per token, and with its threads asleep between steps Whisper took
-#   157 ms against 115 ms on the generated utterances of `python tools/spin_ab.py`.
-ORT_TUNING: dict[str, dict[str, object]] = {"asr/encoder": {"mem_pattern": False}, "asr/decoder": {"spinning": True}}
+#   "asr/decoder": {"spinning": "always"}  the twenty-eighth session's default (2026-12-07; every other session
+#       "off"): its threads spun on between its per-token runs. With every other session "run", keeping the
+#       decoder's "always" gained nothing over "run" (Whisper 103.4 against 102.8 ms, the pause's work 141 against
+#       140 ms: one run of `python tools/spin_ab.py` with that mixed setting added, generated utterances).
+ORT_TUNING: dict[str, dict[str, object]] = {"asr/encoder": {"mem_pattern": False}}
 
 
 class BackendUnavailableError(EdgeRtError, RuntimeError):

@@ -34,21 +34,26 @@ class SessionOptions:
     # rose to 426 MB (heap fragmentation) and runs were several times slower here.
     memory_arena: str = "shared"
     mem_pattern: bool = True  # one planned block per input shape; off (with the arena off) raised peaks 20-80 MB
-    # The intra-op pool's threads spin after a run (ONNX Runtime's default) or sleep. Spinning hands the next run
-    # its threads at once, which pays only for one session's many short runs in a row (the Whisper decoder's steps:
-    # ORT_TUNING turns it on there); every other session's spinning threads took the cores from the next session
-    # the loop's one worker ran: on the 2-core x86 here a Smart Turn call took 27 ms alone and 46-49 ms right after
-    # a Whisper decode. What a pause costs the loop (Whisper, then the turn model, Marian and the first TTS clause, on
-    # 3 generated 6-s utterances, not the eval clips; default pack INT8, 2 threads, 2-core Xeon with AVX-VNNI, medians
-    # of 27 per setting, the settings in turn, each in its own process: `python tools/spin_ab.py`): every session
-    # spinning (before 2026-12-07) 222 ms (Whisper 161, turn 47), the decoder alone 167 ms (Whisper 115, turn 39), none
-    # 202 ms (Whisper 157: its decoder waking its threads at every step); Piper's whole English speech of the same
-    # text 260 / 204 / 206 ms. (ONNX Runtime's process-wide pool was faster still, but once it exists every session in
-    # the process must join it, and the peer stack's Piper and faster-whisper's VAD make their own: not taken.)
-    spinning: bool = False
+    # When the intra-op pool's threads spin instead of sleeping. "run" (default since 2026-12-07, twenty-ninth
+    # session): they spin while a run of this session lasts, so its many short ops hand work on at once, and stop
+    # when the run returns (`session.force_spinning_stop`), so they do not keep a core while the loop's one worker
+    # runs the next session. "always" (ONNX Runtime's default; every session before 2026-12-07): they go on
+    # spinning after a run, and took the cores from the next session: on the 2-core x86 here a Smart Turn call took
+    # 27 ms alone and 46-49 ms right after a Whisper decode. "off": they sleep between ops as well (each
+    # parallel op wakes them). What a pause costs the loop (Whisper, then the turn model, Marian and the first TTS
+    # clause, on 3 generated 6-s utterances, not the eval clips; default pack INT8, 2 threads, 2-core Xeon with
+    # AVX-VNNI, medians of 27 per setting, the settings in turn, each in its own process: `python
+    # tools/spin_ab.py`): every session "always" 215 ms (Whisper 158, turn 46), the Whisper decoder "always" and the
+    # rest "off" (2026-12-07, twenty-eighth session) 162 ms (Whisper 111, turn 36), every session "off" 200 ms
+    # (Whisper 157: its decoder waking its threads at every step), every session "run" 147 ms (Whisper 106, turn
+    # 26); Piper's whole English speech of the same text 259 / 203 / 202 / 185 ms. (ONNX Runtime's process-wide
+    # pool was faster than the decoder alone spinning, but once it exists every session in the process must join
+    # it, and the peer stack's Piper and faster-whisper's VAD make their own: not taken.)
+    spinning: str = "run"
 
 
 _ARENAS = ("shared", "session", "off")
+_SPINNING = ("run", "always", "off")
 _OPT_LEVELS = {"basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
 
 
@@ -85,7 +90,11 @@ class OrtEngine:
         if options.memory_arena == "shared" and _register_shared_arena():
             so.add_session_config_entry("session.use_env_allocators", "1")
         so.enable_mem_pattern = options.mem_pattern
-        so.add_session_config_entry("session.intra_op.allow_spinning", "1" if options.spinning else "0")
+        if options.spinning not in _SPINNING:
+            raise ValueError(f"SessionOptions.spinning must be one of {_SPINNING}, not {options.spinning!r}")
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0" if options.spinning == "off" else "1")
+        if options.spinning == "run":
+            so.add_session_config_entry("session.force_spinning_stop", "1")
         if not options.prepack:
             so.add_session_config_entry("session.disable_prepacking", "1")
         self._initializers = {}  # name -> (array, OrtValue): both must outlive the session

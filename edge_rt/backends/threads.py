@@ -13,8 +13,8 @@ to gain from BLAS threads.
 calls it, so the runtime (``translate``, ``run``, ``serve``, ``bench``, ``eval``) gets it and the
 offline build keeps numpy's default.
 
-ONNX Runtime's own pools spin the same way after a run; which sessions may is
-``SessionOptions.spinning`` (edge_rt/backends/ort.py).
+ONNX Runtime's own pools spin the same way after a run unless told to stop when the run returns, as
+every session is by default (``SessionOptions.spinning``, edge_rt/backends/ort.py).
 """
 
 from __future__ import annotations

@@ -108,7 +108,8 @@ class TurnOptions:
     incomplete_probability: float = 0.2
     # A pause judged complete ends the utterance at this pause length. The speculation (decode, translation,
     # first clause) starts at 64 ms and took 136-663 ms here (2-core x86, default pack; p50 274-311 ms; ~25 % less
-    # since 2026-12-07, when the sessions other than the Whisper decoder stopped spinning: SessionOptions.spinning), and
+    # since 2026-12-07, when the sessions other than the Whisper decoder stopped spinning, and ~10 % less again since
+    # every session spins only while its runs last: SessionOptions.spinning), and
     # the speech cannot start before it is done, so ending sooner buys nothing while every ms more keeps a
     # natural pause of that length inside the sentence. tools/tune_turn.py, "ready" = the later of the
     # declared end and the speculation's end: on the tuning half 64 -> 256 ms cuts 20 -> 13 of 83 natural

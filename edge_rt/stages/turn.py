@@ -44,8 +44,8 @@ class TurnModelOptions:
     # the first call of a pause the decision waits for it. On this project's 2-core x86 (no VNNI), with
     # numpy's BLAS on one thread (backends/threads.py), a call took 75 ms on one thread and 44-52 ms on two
     # (FACTS.md's ~24 ms was a faster core). On a 2-core Xeon with AVX-VNNI: 27 ms alone, 46-49 ms right after a
-    # Whisper decode while the other sessions' threads spun, 39 ms since only the decoder's do (backends/ort.py,
-    # SessionOptions.spinning).
+    # Whisper decode while the other sessions' threads spun, 36-39 ms when only the decoder's did, 26 ms since every
+    # session's threads stop spinning when its run returns (backends/ort.py, SessionOptions.spinning).
     threads: int = 2
 
 

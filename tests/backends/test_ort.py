@@ -220,8 +220,9 @@ def test_sessions_on_a_shared_initializer_compute_what_their_files_say(matmuls):
         np.testing.assert_array_equal(engine.run(x)["y"], plain.run(x)["y"])
 
 
-@pytest.mark.parametrize("options", [SessionOptions(intra_op_threads=2, spinning=True),
-                                     SessionOptions(intra_op_threads=2, spinning=False),
+@pytest.mark.parametrize("options", [SessionOptions(intra_op_threads=2, spinning="run"),
+                                     SessionOptions(intra_op_threads=2, spinning="always"),
+                                     SessionOptions(intra_op_threads=2, spinning="off"),
                                      SessionOptions(intra_op_threads=1, prepack=False),
                                      SessionOptions(intra_op_threads=1, memory_arena="session"),
                                      SessionOptions(intra_op_threads=1, memory_arena="off", mem_pattern=False)])
@@ -232,13 +233,25 @@ def test_memory_knobs_do_not_change_results(matmuls, options):
     np.testing.assert_allclose(OrtEngine(d / "a.onnx", options).run(x)["y"], x["x"] @ w, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("spinning", [True, False])
-def test_spinning_reaches_the_session(matmuls, spinning):
-    """SessionOptions.spinning is ONNX Runtime's intra-op allow_spinning (its threads spin after a run, or sleep)."""
+@pytest.mark.parametrize("spinning, allow, stop", [("run", "1", "1"), ("always", "1", None), ("off", "0", None)])
+def test_spinning_reaches_the_session(matmuls, spinning, allow, stop):
+    """SessionOptions.spinning is ONNX Runtime's intra-op allow_spinning, and for "run" its force_spinning_stop
+    (the threads spin while a run lasts and stop when it returns)."""
     d, _, _ = matmuls
     engine = OrtEngine(d / "a.onnx", SessionOptions(intra_op_threads=2, spinning=spinning))
-    entry = engine._session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning")
-    assert entry == ("1" if spinning else "0")
+    config = engine._session.get_session_options()
+    assert config.get_session_config_entry("session.intra_op.allow_spinning") == allow
+    if stop is None:
+        with pytest.raises(Exception, match="force_spinning_stop"):  # never set: ONNX Runtime's default, "0"
+            config.get_session_config_entry("session.force_spinning_stop")
+    else:
+        assert config.get_session_config_entry("session.force_spinning_stop") == stop
+
+
+def test_an_unknown_spinning_setting_is_named(matmuls):
+    d, _, _ = matmuls
+    with pytest.raises(ValueError, match="spinning must be one of"):
+        OrtEngine(d / "a.onnx", SessionOptions(intra_op_threads=1, spinning=True))
 
 
 def test_an_unknown_arena_setting_is_named(matmuls):
