@@ -67,6 +67,8 @@ from spin_ab import SETTINGS as SPINNING, spinning  # noqa: E402  (tools/, this 
 # knob -> LoopOptions fields for one value of it (as written on the command line)
 KNOBS = {
     "complete_after_ms": lambda v: {"turn": dataclasses.replace(TurnOptions(), complete_after_ms=int(v))},
+    # the pause length at which the end-of-utterance work is done ahead (LoopOptions.speculate_after_ms), ms
+    "speculate_after_ms": lambda v: {"speculate_after_ms": int(v)},
     "beam_size": lambda v: {"beam_size": int(v)},
     # off, or the log-probability below which a greedy decode is decoded again with a beam of 5
     "redecode": lambda v: {"redecode": None if v == "off" else RedecodeOptions(below_logprob=float(v))},

@@ -312,7 +312,7 @@ def main(argv=None) -> int:
     base = TurnOptions()
     print("\nthe defaults with another complete_after_ms (ready = max(declared end, 64 ms + the speculation's time)):")
     _table([(f"complete_after_ms={a}", simulate(replace(base, complete_after_ms=a), items, log, True, carry=args.carry))
-            for a in (64, 128, 192, 256, 320, 384, 448, 512)])
+            for a in (64, 128, 160, 192, 224, 256, 320, 384, 448, 512)])
     return 0
 
 

@@ -48,7 +48,13 @@ class LoopOptions:
     partial_stop_db: float | None = 25.0
     partial_stop_ms: int = 96
     # Speculation: once speech pauses for this long, decode and translate the utterance so far and
-    # synthesize its first clause; if the pause becomes the end, that work is reused (None: off).
+    # synthesize its first clause; if the pause becomes the end, that work is reused (None: off). 32 ms (one VAD
+    # frame) was tried on 2026-12-07 (twenty-ninth session; `python tools/loop_ab.py --vary
+    # speculate_after_ms=64,32 --ids <half>`, each clip and its paused version, 2-core Xeon with AVX-VNNI): on the
+    # tuning half (odd indices of the sorted ids) turn latency per clip -36 ms on average, P50 x0.988, paused set
+    # P50 x0.906; on the other half per-clip median x0.999 and x1.000, P50 x0.916 and x1.001, but the mean +12 and
+    # +43 ms (en_jfk +80 ms, zh_fleurs_1883's queued tail +412 / +721 ms): a one-frame gap inside a word starts
+    # work the worker must finish before the real end's. Captions and talk-over the same in all four. Kept at 64.
     speculate_after_ms: int | None = 64
     # A pause the speculation's own evidence holds open (TurnPolicy.settled_hold: a trailing "and" or comma,
     # Whisper's end mark under mark_incomplete, no words) cannot end before TurnOptions.max_pause_ms (1024), and the

@@ -123,6 +123,10 @@ class TurnOptions:
     # of 4 runs at 256, one of them in a full test run). There a talk-over costs the speaker's words (AEC3 takes
     # the near end down under our speech): tools/loop_ab.py --vary loudspeaker=on+64,on, 33 clips, talk-over
     # 16 -> 13, live English WER 11.16 -> 9.30 %, P50 x0.96, per-clip median x1.00.
+    # Re-recorded on 2026-12-07 (twenty-ninth session, after the spinning change; 2-core Xeon with AVX-VNNI): the
+    # speculation still bounds the ready wait, p50 356 ms on the tuning half for every value from 64 to 320 ms
+    # (natural pauses cut: 192 -> 19, 224 -> 18, 256 -> 17 of 83) and 344-347 ms on the held-out half (224 and 256
+    # both 10 of 67): nothing to gain below 256 here.
     complete_after_ms: int = 256
     # The longest pause held open for a sentence judged incomplete; a speaker silent this long has
     # yielded the turn whatever the evidence says. 1024 ms: same talk-over as 1280, 50 ms less mean wait.
