@@ -1,6 +1,6 @@
-"""What a pause costs the loop with ONNX Runtime's intra-op threads spinning after their runs or asleep
-(``SessionOptions.spinning``; which sessions spin: ``backends.factory.ORT_TUNING``). Each setting runs in its
-own process; the settings take turns, round after round:
+"""What a pause costs the loop with ONNX Runtime's intra-op threads spinning while each run lasts, on after
+their runs, or asleep (``SessionOptions.spinning``, which ``backends.factory.ORT_TUNING`` may set per session).
+Each setting runs in its own process; the settings take turns, round after round:
 
     python tools/spin_ab.py [--rounds 3] [--pack default] [--items 3] [--seed 5] [--settings always,decoder,off,run]
 
