@@ -61,7 +61,7 @@ from edge_rt.loop.turn_policy import TurnOptions  # noqa: E402
 from edge_rt.measure import bench  # noqa: E402
 from edge_rt.measure.paused import PauseOptions, paused_clip  # noqa: E402
 from edge_rt.measure.turn_taking import live_error_rates  # noqa: E402
-from spin_ab import SETTINGS as SPINNING, spinning  # noqa: E402  (tools/, this script's own folder)
+from spin_ab import check_setting, spinning  # noqa: E402  (tools/, this script's own folder)
 
 
 # knob -> LoopOptions fields for one value of it (as written on the command line)
@@ -98,14 +98,8 @@ KNOBS = {
     # "always" (ONNX Runtime's default, the loop before 2026-12-07), "decoder" (the Whisper decoder's alone, the
     # twenty-eighth session's), "off", "run" (while each run lasts: the default since) or "tuned" (as the code
     # has it); each value has its own stages, loaded with that setting
-    "spinning": lambda v: {"_spinning": _spinning(v)},
+    "spinning": lambda v: {"_spinning": check_setting(v, "--vary spinning")},
 }
-
-
-def _spinning(v: str) -> str:
-    if v not in SPINNING:
-        raise SystemExit(f"--vary spinning takes {', '.join(SPINNING)}, got {v!r}")
-    return v
 
 
 def _stages_spinning(options: bench.BenchOptions, v: str):

@@ -34,14 +34,20 @@ SETTINGS = ("always", "decoder", "off", "run", "tuned")
 STAGES = ("asr", "turn", "mt", "tts", "all", "piper")
 
 
+def check_setting(setting: str, what: str = "spinning") -> str:
+    """``setting`` if it is one of :data:`SETTINGS`; else exits naming them (``what``: the flag that took it)."""
+    if setting not in SETTINGS:
+        raise SystemExit(f"{what} takes {', '.join(SETTINGS)}, got {setting!r}")
+    return setting
+
+
 @contextlib.contextmanager
 def spinning(setting: str):
     """Inside: the engines a factory makes spin as ``setting`` says (one of :data:`SETTINGS`); ORT_TUNING is
     restored after. Also ``tools/loop_ab.py --vary spinning=...``'s."""
     import edge_rt.backends.factory as factory
 
-    if setting not in SETTINGS:
-        raise SystemExit(f"spinning takes {', '.join(SETTINGS)}, got {setting!r}")
+    check_setting(setting)
     saved = {k: dict(e) for k, e in factory.ORT_TUNING.items()}
     if setting != "tuned":  # every stage, and every "stage/model" entry (which wins over its stage's)
         for key in ("vad", "asr", "mt", "tts", "turn", "asr/decoder", *(k for k in saved if "/" in k)):
