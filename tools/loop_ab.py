@@ -14,7 +14,8 @@ audio decoded after its last speech frame) or
 or ``loudspeaker`` (``off``, ``frontend``, ``frontend+64``, ``on``: `run --loudspeaker` in parts; ``on+MS``: all of
 it with ``complete_after_ms`` MS; each with ``-tone``: no ready tone, ``-echo``: no echo path; a run with the front
 end hears its own playback 6 dB down and 40 ms late, as in `bench --loudspeaker`; ``-pass``: the front end's output
-even where nothing played, no passthrough (FrontEndOptions.passthrough_after_ms None); ``on@POLICY``: barge-in POLICY
+even where nothing played, no passthrough (FrontEndOptions.passthrough_after_ms None); ``-floor``: AEC3's reference
+without its floor (FrontEndOptions.reference_floor_dbfs None); ``on@POLICY``: barge-in POLICY
 instead of loudspeaker mode's). With a loudspeaker value among them, every setting's clip comes after the same
 silence (bench.LOUDSPEAKER_LEAD)
 or ``barge_in`` (LoopOptions: what someone talking over our speech does to it, with a headset) or ``turn_calls``
@@ -136,17 +137,20 @@ def _loudspeaker(v: str) -> dict:
              "on": {"loudspeaker": True}}
     v, _, barge_in = v.partition("@")  # on@duck: barge-in duck instead of loudspeaker mode's default
     # on-tone: no ready tone; on-echo: no echo path; on-pass: no passthrough where nothing played (the front end's
-    # output always, FrontEndOptions.passthrough_after_ms None); on-tone-echo: neither tone nor echo
+    # output always, FrontEndOptions.passthrough_after_ms None); on-floor: AEC3's reference without its floor
+    # (FrontEndOptions.reference_floor_dbfs None: exact zeros where nothing plays); on-tone-echo: neither tone nor echo
     base, *without = v.split("-")
     if base.startswith("on+") and base[3:].isdigit():  # all of it, with another complete_after_ms
         out = {"loudspeaker": True, "turn": dataclasses.replace(TurnOptions(), complete_after_ms=int(base[3:]))}
-    elif base in parts and set(without) <= {"tone", "echo", "pass"}:
+    elif base in parts and set(without) <= {"tone", "echo", "pass", "floor"}:
         out = dict(parts[base])
     else:
-        raise SystemExit(f"--vary loudspeaker takes {', '.join(parts)} or on+MS, each with -tone, -echo and/or -pass; got {v!r}")
+        raise SystemExit(f"--vary loudspeaker takes {', '.join(parts)} or on+MS, each with -tone, -echo, -pass "
+                         f"and/or -floor; got {v!r}")
     if barge_in and (barge_in not in BARGE_IN or not out.get("loudspeaker")):
         raise SystemExit(f"--vary loudspeaker: @POLICY goes with on (on@duck), POLICY one of {', '.join(BARGE_IN)}; got {v!r}")
     return {**out, "_tone": "tone" not in without, "_echo": "echo" not in without, "_pass": "pass" not in without,
+            "_floor": "floor" not in without,
             **({"barge_in": barge_in} if barge_in else {})}
 
 
@@ -196,12 +200,15 @@ def main(argv=None) -> int:
                 loop_opts = options.loop_options(options.target_for(clip["lang"]))
                 extra = dict(setting[name])
                 tone, echo, passing = extra.pop("_tone", True), extra.pop("_echo", True), extra.pop("_pass", True)
+                floor = extra.pop("_floor", True)
                 all_calls = extra.pop("_all_calls", False)
                 extra.pop("_spinning", None)
                 if extra.pop("loudspeaker", False):
                     loop_opts = loudspeaker_mode(loop_opts)
                 loop_opts = dataclasses.replace(loop_opts, **extra)
-                without = {**({} if tone else {"ready_tone_ms": 0}), **({} if passing else {"passthrough_after_ms": None})}
+                without = {**({} if tone else {"ready_tone_ms": 0}),
+                           **({} if passing else {"passthrough_after_ms": None}),
+                           **({} if floor else {"reference_floor_dbfs": None})}
                 if loop_opts.frontend is not None and without:
                     loop_opts = dataclasses.replace(loop_opts, frontend=dataclasses.replace(loop_opts.frontend, **without))
                 # loudspeaker runs hear their playback as `bench --loudspeaker` does (6 dB down, 40 ms late)

@@ -30,6 +30,7 @@ Optional dependency: ``pip install pywebrtc-audio==0.2.0`` (Apache-2.0; a depend
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -114,6 +115,17 @@ class FrontEndOptions:
     # suppression on, the output always (suppression is meant for Whisper). 320 ms: the 40-ms loop-back, a sound
     # card's output latency and a room's tail to ~30 dB down; not tuned.
     passthrough_after_ms: int | None = 320
+    # A floor of noise added to the reference AEC3 is given (RMS in dBFS; None: none). Where nothing of ours plays
+    # the reference is exact zeros, and once AEC3 has heard its loudspeaker (the ready tone) a frame of zeros costs
+    # it ~15x what a frame of sound does on x86 (most likely denormal floats as its filter states decay): offline,
+    # `python tools/frontend_cost.py`, a person talking after the tone with nothing of ours playing, 3.59 ms per
+    # 32-ms hop against 0.24-0.25 ms with a floor at -140, -120 or -100 dBFS; in the loop 2.6-4.7 ms per hop, on the
+    # worker in front of the VAD (en_fleurs_1728 in loudspeaker mode: the worker reached the pause 59 ms behind the
+    # capture, 14 ms with a headset). The cancellation is the same with any of the three (echo taken down 41.0 dB,
+    # the talker under our reply -1.1 / -1.2 dB). -100: 50 dB under AEC3's render-activity limit (-50 dBFS) and under
+    # any microphone's floor; -120 and -140 moved one hop of 877 in the echo gate's test over 8 played clips (en_jfk
+    # at 2.0 s, while AEC3 converges) from echo to not echo, -100 none. Not tuned on the bench's clips.
+    reference_floor_dbfs: float | None = -100.0
 
     def __post_init__(self):
         if not 0 <= self.ns_level <= 3:
@@ -130,6 +142,9 @@ class FrontEndOptions:
         if not 0 <= self.ready_tone_ms <= 5000 or not -60.0 <= self.ready_tone_db <= -3.0:
             raise ValueError(f"ready_tone_ms must be 0..5000 and ready_tone_db -60..-3 dBFS, got "
                              f"{self.ready_tone_ms} and {self.ready_tone_db}")
+        if self.reference_floor_dbfs is not None and not -200.0 <= self.reference_floor_dbfs <= -60.0:
+            raise ValueError(f"reference_floor_dbfs must be -200..-60 dBFS or None (no floor), "
+                             f"got {self.reference_floor_dbfs}")
         if self.passthrough_after_ms is not None and not 0 <= self.passthrough_after_ms <= 5000:
             raise ValueError(f"passthrough_after_ms must be 0..5000 ms or None (always the front end's output), "
                              f"got {self.passthrough_after_ms}")
@@ -141,6 +156,7 @@ class FrontEndOptions:
 
 
 _SILENT_MS = 1e-8  # a far-end hop's mean square below this (-80 dBFS) is silence: nothing of ours played
+_FLOOR = 1 << 12  # samples of the reference floor's noise, read round and round (FrontEndOptions.reference_floor_dbfs)
 
 
 def _processor(options: FrontEndOptions):
@@ -234,6 +250,14 @@ class FrontEnd:
         self.far_until: int | None = None
         self.passed = False  # the last hop was handed out as captured
         self.passed_hops = 0
+        # The reference's floor (FrontEndOptions.reference_floor_dbfs): fixed noise, added to what AEC3 is given only
+        # (the echo gate and the passthrough read the far end as played), and the time spent processing.
+        self._floor = None
+        if far is not None and options.reference_floor_dbfs is not None:
+            noise = np.random.default_rng(0).standard_normal(_FLOOR + VAD_FRAME + FRAME)
+            self._floor = (noise * 10 ** (options.reference_floor_dbfs / 20)).astype(np.float32)
+        self._floor_at = 0
+        self.busy_ns = 0  # time spent in process(), for bench (its per-hop cost on the worker)
 
     def reconverge(self) -> None:
         """Hold openings again as while AEC3 first converged (the next ``converging_s`` of our speech).
@@ -268,6 +292,7 @@ class FrontEnd:
     def process(self, first: int, hop: np.ndarray) -> None:
         """Replace ``hop`` (capture samples from index ``first``) by the front end's output, ``lag`` samples older:
         processed, or the capture itself where nothing of ours played (``passthrough_after_ms``)."""
+        t0 = time.perf_counter_ns()
         n, p = len(hop), self._pending
         self._near[p : p + n] = hop
         lag = self.options.lag
@@ -280,6 +305,10 @@ class FrontEnd:
                 self.far_until = first + n
         m = (p + n) // FRAME * FRAME
         if m:
+            if self._floor is not None:
+                o = self._floor_at
+                np.add(self._ref[:m], self._floor[o : o + m], out=self._ref[:m])
+                self._floor_at = (o + m) % _FLOOR
             y = self._ap.process(self._near[:m], self._ref[:m] if self._far is not None else None)
             self._out[self._ready : self._ready + m] = y
             self._ready += m
@@ -307,3 +336,4 @@ class FrontEnd:
             self._not_echo_run = self._not_echo_run + 1 if playing and not self.echo else 0
             self.held = (playing and not self.echo and self._played_hops < self._converged_hops
                          and self._not_echo_run < self.options.converging_open_hops)
+        self.busy_ns += time.perf_counter_ns() - t0

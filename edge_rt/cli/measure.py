@@ -131,7 +131,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                           f"x{s['per_clip_median_ratio'] or 0:.3f} ({s['clips_paired']} clips; headset first "
                           f"x{s['per_clip_median_ratio_by_first']['headset'] or 0:.3f}, loudspeaker first "
                           f"x{s['per_clip_median_ratio_by_first']['loudspeaker'] or 0:.3f}); talk-over "
-                          f"{_pct(s['talk_over_rate'])}, live English WER {s['live_wer_en']} % "
+                          f"{_pct(s['talk_over_rate'])}, live English WER {s['live_wer_en']} %, front end "
+                          f"{s.get('frontend_ms_per_hop') or 0:.2f} ms per hop "
                           f"({'echo ' + str(s['echo']) if s['echo'] else 'no echo'})", highlight=False)
         console.print(_targets_table(r["targets"], len(r["clips"])))
     return 0 if ok else 1

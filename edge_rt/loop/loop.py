@@ -183,6 +183,11 @@ class Loop:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
+    @property
+    def frontend(self) -> FrontEnd | None:
+        """The capture front end (LoopOptions.frontend), None without one; read its counters, do not drive it."""
+        return self._frontend
+
     def run(self) -> list[UtteranceTrace]:
         """The worker: returns when stopped or when the source is finished and all speech was handed over."""
         src = self.source

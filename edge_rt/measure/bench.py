@@ -263,6 +263,7 @@ class LiveRun:
     partials_stopped: int = 0  # Loop.partials_stopped
     redecoded: int = 0  # Loop.redecoded
     lead: int = 0  # samples of silence the clip was captured after: its sample i is capture index lead + i
+    frontend_ms_per_hop: float | None = None  # the capture front end's time per 32-ms hop on the worker (None: none)
 
     def turn(self, end: int) -> Turn:
         """The live turn (:func:`live_turn`) at the clip's sample ``end``."""
@@ -306,9 +307,10 @@ def run_clip(stages: Stages, audio: np.ndarray, options: LoopOptions, tail_s: fl
     captions = CaptionLog()
     loop = Loop(stages, source, sink, options, on_caption=captions)
     traces = loop.run()
+    fe = loop.frontend
     return LiveRun(list(traces), source.clock, captions, sink.last_played_ns,
                    loop.phrases.stats.as_dict() if loop.phrases is not None else None, loop.partials_stopped,
-                   loop.redecoded, silence)
+                   loop.redecoded, silence, fe.busy_ns / 1e6 / fe.hops if fe is not None and fe.hops else None)
 
 
 @dataclass(frozen=True)
@@ -364,6 +366,10 @@ def _loudspeaker_summary(clips: dict[str, dict], echo: EchoPath | None) -> dict:
         "talk_over_rate": taking["talk_over_rate"],
         "live_wer_en": taking["live_wer_en"],
         "live_wer": taking["live_wer"],
+        # the capture front end's time per 32-ms hop on the worker, the median over the clips' runs (its cost in
+        # front of the VAD: FrontEndOptions.reference_floor_dbfs)
+        "frontend_ms_per_hop": round(float(np.median(f)), 3) if (f := [c["frontend_ms_per_hop"] for c in clips.values()
+                                                                        if c.get("frontend_ms_per_hop")]) else None,
         "clips": {k: {"headset_ms": c["headset_ms"], "loudspeaker_ms": c["loudspeaker_ms"], "live_text": c["live_text"],
                       "talk_over": bool(c["turn_taking"]["talk_over"]), "first": c.get("first")}
                   for k, c in clips.items()},
@@ -478,7 +484,8 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
             run = loud_run if loud_run is not None else _loudspeaker_run(stages, options, inp)
             loud[c["id"]] = {"headset_ms": res.turn_latency_ms, "loudspeaker_ms": run.turn(end).latency_ms,
                              "id": c["id"], "lang": c["lang"], "reference": c.get("text", ""), "first": first,
-                             "live_text": run.captions.final_text(), "turn_taking": run.taking(end).as_dict()}
+                             "live_text": run.captions.final_text(), "turn_taking": run.taking(end).as_dict(),
+                             "frontend_ms_per_hop": run.frontend_ms_per_hop}
     wall = time.perf_counter() - wall0
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)

@@ -95,6 +95,9 @@ def test_options_are_validated():
         FrontEndOptions(echo_gate_hold_ms=0)
     with pytest.raises(ValueError, match="converging_open_hops"):
         FrontEndOptions(converging_open_hops=-1)
+    for level in (-30.0, -250.0):
+        with pytest.raises(ValueError, match="reference_floor_dbfs"):
+            FrontEndOptions(reference_floor_dbfs=level)
 
 
 def _frontend_run(near: np.ndarray, sink: RingSink, options: FrontEndOptions = FrontEndOptions()):
@@ -365,3 +368,61 @@ def test_the_ready_tone_lets_a_talker_through_under_our_first_reply(speech_dir):
                           _db(out[seg.start + lag : seg.stop + lag]) - _db(talker[seg.start - t0 : seg.stop - t0]))
     assert under[options.ready_tone_ms][0] > 0.9 and under[options.ready_tone_ms][1] > -3, under
     assert under[0][1] < -10, under  # without the tone it is lost (the test is not vacuous)
+
+
+
+class _Recording:
+    """An AudioProcessor that keeps every reference frame it was given."""
+
+    def __init__(self, ap):
+        self.ap, self.far = ap, []
+
+    def process(self, near, far):
+        self.far.append(np.array(far))
+        return self.ap.process(near, far)
+
+
+def test_aec3_hears_a_floor_where_nothing_of_ours_plays_and_everything_else_is_unchanged(speech_dir, monkeypatch):
+    """Where nothing of ours plays, the reference AEC3 gets is a floor of noise at ``reference_floor_dbfs``, not exact
+    zeros (on zeros, after it has heard its loudspeaker, AEC3 costs ~15x per frame: tools/frontend_cost.py); where we
+    play it is what played. The echo gate, the converging hold and the passthrough read the far end as played, so
+    they decide the same hop for hop, and the cleaned audio is the same to within the floor's effect."""
+    import edge_rt.audio.frontend as frontend
+    from edge_rt.audio.tone import ready_tone
+
+    options = FrontEndOptions()
+    assert options.reference_floor_dbfs == -100.0
+    tone = ready_tone(SAMPLE_RATE, options.ready_tone_ms, options.ready_tone_db)
+    talker = read_audio(speech_dir / "en_jfk.wav")[: 3 * SAMPLE_RATE]
+    t0 = len(tone) + SAMPLE_RATE // 2
+    far = np.zeros(t0 + len(talker) + SAMPLE_RATE // 2, np.float32)
+    far[: len(tone)] = tone
+    d = int(0.040 * SAMPLE_RATE)
+    near = np.zeros(len(far), np.float32)
+    near[d:] += 0.5 * far[:-d]
+    near[t0 : t0 + len(talker)] += talker
+    processors = []
+    real = frontend._processor
+    monkeypatch.setattr(frontend, "_processor", lambda o: processors.append(_Recording(real(o))) or processors[-1])
+    runs = {}
+    for passthrough in (options.passthrough_after_ms, None):
+        for floor in (options.reference_floor_dbfs, None):
+            sink = RingSink(SAMPLE_RATE, capacity=1 << 20)
+            assert sink.write(far) == len(far)
+            o = FrontEndOptions(reference_floor_dbfs=floor, passthrough_after_ms=passthrough)
+            out, flags, _ = _frontend_run(near, sink, o)
+            runs[floor, passthrough] = (out, flags, np.concatenate(processors[-1].far))
+    lag = DELAY + AEC3_LAG
+    for passthrough in (options.passthrough_after_ms, None):
+        (out, flags, ref), (out0, flags0, ref0) = runs[-100.0, passthrough], runs[None, passthrough]
+        for k in flags:  # the same decisions hop for hop
+            np.testing.assert_array_equal(flags[k], flags0[k], err_msg=k)
+        silent = slice(len(tone) + SAMPLE_RATE // 4, len(ref))  # long after the tone: nothing plays
+        np.testing.assert_array_equal(ref0[silent], 0)
+        assert abs(_db(ref[silent]) + 100) < 0.5, _db(ref[silent])
+        playing = slice(0, len(tone))
+        assert abs(_db(ref[playing] - ref0[playing]) + 100) < 0.5  # what played, plus the same floor
+        talk = slice(t0 + lag, t0 + len(talker))
+        assert float(np.corrcoef(out[talk], out0[talk])[0, 1]) > 0.999
+    assert runs[-100.0, options.passthrough_after_ms][1]["passed"].any()  # the passthrough took part
+    assert not runs[-100.0, None][1]["passed"].any()

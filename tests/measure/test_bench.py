@@ -131,6 +131,7 @@ def test_bench_reports_turn_taking_on_real_clips_and_the_paused_set(tiny_pack):
     # it heard its own playback (the live test's path, 6 dB down, 40 ms late) and still translated the speaker only:
     # the same words as the headset run, give or take one
     assert s["echo"] == {"gain_db": -6.0, "delay_ms": 40}
+    assert s["frontend_ms_per_hop"] > 0  # the front end's time on the worker, reported (its size is bench's figure)
     assert s["live_wer"]["en"]["clips"] == 1 and s["live_wer_en"] <= r["live_wer_en"] + 100 / 8 + 1e-6, s["clips"]
     assert s["talk_over_rate"] in (0.0, 1.0) and isinstance(s["clips"][clip]["talk_over"], bool)
     # the issues' targets judged on these figures (measure/targets.py): what this run measured gets a verdict,
