@@ -18,6 +18,10 @@ front end hands out the capture itself, ``lag`` samples late like its output, so
 Whisper get what a headset gives them; AEC3 still processes every frame, and its output takes over at the first
 hop whose far end carries sound, before that sound's echo can reach the microphone.
 
+Reference floor: AEC3 is given the far end plus fixed noise at ``reference_floor_dbfs`` (-100 dBFS), never exact zeros:
+on zeros, once it has heard its loudspeaker, it costs ~15x per frame (tools/frontend_cost.py). Only AEC3 hears the
+floor; the echo gate and the passthrough read the far end as played.
+
 Echo gate: where AEC3 leaves a residual of our own speech, the endpointer must not open on it. While the
 tap shows our speech (or did within ``echo_gate_hold_ms``), a hop whose cleaned energy is below the far
 end's by more than ``echo_gate_db`` is echo, not a talker (:attr:`FrontEnd.echo`); the loop reads it
@@ -122,9 +126,9 @@ class FrontEndOptions:
     # 32-ms hop against 0.24-0.25 ms with a floor at -140, -120 or -100 dBFS; in the loop 2.6-4.7 ms per hop, on the
     # worker in front of the VAD (en_fleurs_1728 in loudspeaker mode: the worker reached the pause 59 ms behind the
     # capture, 14 ms with a headset). The cancellation is the same with any of the three (echo taken down 41.0 dB,
-    # the talker under our reply -1.1 / -1.2 dB). -100: 50 dB under AEC3's render-activity limit (-50 dBFS) and under
-    # any microphone's floor; -120 and -140 moved one hop of 877 in the echo gate's test over 8 played clips (en_jfk
-    # at 2.0 s, while AEC3 converges) from echo to not echo, -100 none. Not tuned on the bench's clips.
+    # the talker under our reply -1.1 / -1.2 dB). -100: tens of dB under any microphone's own noise; -120 and -140
+    # moved one hop of 877 in the echo gate's test scene over 8 played clips (en_jfk at 2.0 s, while AEC3 converges)
+    # from echo to not echo, -100 none. Chosen on those generated scenes, not on the bench's clips.
     reference_floor_dbfs: float | None = -100.0
 
     def __post_init__(self):
