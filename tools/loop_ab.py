@@ -173,12 +173,15 @@ def main(argv=None) -> int:
             ap.error(f"--ids: no clip {', '.join(sorted(unknown))} in the speech set's manifest")
         clips = [c for c in clips if c["id"] in ids]
     clips = clips[: args.limit]
-    _, stages = bench.load_bench_stages(options)
     key, _, values = args.vary.partition("=")
     if key not in KNOBS or len(values.split(",")) < 2:
         ap.error(f"--vary takes KEY=A,B[,C...] with KEY one of {', '.join(KNOBS)}, got {args.vary!r}")
     names = [f"{key}={v}" for v in values.split(",")]
-    setting = {n: KNOBS[key](v) for n, v in zip(names, values.split(","))}
+    try:
+        setting = {n: KNOBS[key](v) for n, v in zip(names, values.split(","))}
+    except ValueError as e:  # a value that is not a number where the knob takes one, or one its options refuse
+        ap.error(f"--vary {key}: {values!r} holds a value the knob does not take ({e})")
+    _, stages = bench.load_bench_stages(options)
     stages_of = {n: _stages_spinning(options, s["_spinning"]) if "_spinning" in s else stages
                  for n, s in setting.items()}
     # with a loudspeaker setting among them, every setting's clip comes after the same silence (bench.LOUDSPEAKER_LEAD)
