@@ -9,7 +9,7 @@ then our reply plays (en_fleurs_1938 at -18 dBFS, 4 s) and 2 s into it en_jfk ta
 ``--repeat`` runs, the worker's own cost), how far the echo is taken down where only our reply plays (after 1 s of
 it), and the talker's level out of the front end against its level in, under the reply.
 
-    python tools/frontend_cost.py [--floors none,-120] [--repeat 3]
+    python tools/frontend_cost.py [--floors none,-140,-120,-100] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def run(s: dict, options: FrontEndOptions) -> tuple[np.ndarray, np.ndarray]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--floors", default="none,-120", help="reference_floor_dbfs settings (none: no floor)")
+    ap.add_argument("--floors", default="none,-100", help="reference_floor_dbfs settings (none: no floor)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per setting; the per-hop cost is the min over them")
     args = ap.parse_args(argv)
     speech_dir = default_speech_dir()

@@ -370,7 +370,6 @@ def test_the_ready_tone_lets_a_talker_through_under_our_first_reply(speech_dir):
     assert under[0][1] < -10, under  # without the tone it is lost (the test is not vacuous)
 
 
-
 class _Recording:
     """An AudioProcessor that keeps every reference frame it was given."""
 
@@ -403,7 +402,12 @@ def test_aec3_hears_a_floor_where_nothing_of_ours_plays_and_everything_else_is_u
     near[t0 : t0 + len(talker)] += talker
     processors = []
     real = frontend._processor
-    monkeypatch.setattr(frontend, "_processor", lambda o: processors.append(_Recording(real(o))) or processors[-1])
+
+    def recording(o):
+        processors.append(_Recording(real(o)))
+        return processors[-1]
+
+    monkeypatch.setattr(frontend, "_processor", recording)
     runs = {}
     for passthrough in (options.passthrough_after_ms, None):
         for floor in (options.reference_floor_dbfs, None):
