@@ -129,6 +129,10 @@ def _every_turn_call(on: bool):
         turn_policy.model_frames = pruned
 
 
+# --vary loudspeaker's suffixes that leave a part of the front end out -> the FrontEndOptions field and its value
+_WITHOUT = {"tone": ("ready_tone_ms", 0), "pass": ("passthrough_after_ms", None), "floor": ("reference_floor_dbfs", None)}
+
+
 def _loudspeaker(v: str) -> dict:
     from edge_rt.audio.frontend import FrontEndOptions
 
@@ -142,15 +146,14 @@ def _loudspeaker(v: str) -> dict:
     base, *without = v.split("-")
     if base.startswith("on+") and base[3:].isdigit():  # all of it, with another complete_after_ms
         out = {"loudspeaker": True, "turn": dataclasses.replace(TurnOptions(), complete_after_ms=int(base[3:]))}
-    elif base in parts and set(without) <= {"tone", "echo", "pass", "floor"}:
+    elif base in parts and set(without) <= {"echo", *_WITHOUT}:
         out = dict(parts[base])
     else:
         raise SystemExit(f"--vary loudspeaker takes {', '.join(parts)} or on+MS, each with -tone, -echo, -pass "
                          f"and/or -floor; got {v!r}")
     if barge_in and (barge_in not in BARGE_IN or not out.get("loudspeaker")):
         raise SystemExit(f"--vary loudspeaker: @POLICY goes with on (on@duck), POLICY one of {', '.join(BARGE_IN)}; got {v!r}")
-    return {**out, "_tone": "tone" not in without, "_echo": "echo" not in without, "_pass": "pass" not in without,
-            "_floor": "floor" not in without,
+    return {**out, "_echo": "echo" not in without, "_without": dict(_WITHOUT[w] for w in without if w in _WITHOUT),
             **({"barge_in": barge_in} if barge_in else {})}
 
 
@@ -202,16 +205,12 @@ def main(argv=None) -> int:
             for name in order:
                 loop_opts = options.loop_options(options.target_for(clip["lang"]))
                 extra = dict(setting[name])
-                tone, echo, passing = extra.pop("_tone", True), extra.pop("_echo", True), extra.pop("_pass", True)
-                floor = extra.pop("_floor", True)
+                echo, without = extra.pop("_echo", True), extra.pop("_without", {})
                 all_calls = extra.pop("_all_calls", False)
                 extra.pop("_spinning", None)
                 if extra.pop("loudspeaker", False):
                     loop_opts = loudspeaker_mode(loop_opts)
                 loop_opts = dataclasses.replace(loop_opts, **extra)
-                without = {**({} if tone else {"ready_tone_ms": 0}),
-                           **({} if passing else {"passthrough_after_ms": None}),
-                           **({} if floor else {"reference_floor_dbfs": None})}
                 if loop_opts.frontend is not None and without:
                     loop_opts = dataclasses.replace(loop_opts, frontend=dataclasses.replace(loop_opts.frontend, **without))
                 # loudspeaker runs hear their playback as `bench --loudspeaker` does (6 dB down, 40 ms late)
