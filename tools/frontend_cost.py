@@ -23,20 +23,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from edge_rt.audio.clock import CaptureClock  # noqa: E402
 from edge_rt.audio.files import read_audio  # noqa: E402
-from edge_rt.audio.frontend import AEC3_LAG, DELAY, FrontEnd, FrontEndOptions  # noqa: E402
-from edge_rt.audio.sinks import RingSink  # noqa: E402
+from edge_rt.audio.frontend import AEC3_LAG, DELAY, FrontEndOptions  # noqa: E402
 from edge_rt.audio.tone import ready_tone  # noqa: E402
 from edge_rt.build.calibration.gate import speech_dir as default_speech_dir  # noqa: E402
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME  # noqa: E402
+from ready_tone import db, through_front_end  # noqa: E402  (tools/, this script's own folder)
 
-T0 = 10**12
 SR = SAMPLE_RATE
-
-
-def _db(x: np.ndarray) -> float:
-    return 10 * np.log10(np.mean(x.astype(np.float64) ** 2) + 1e-12)
 
 
 def scene(speech_dir: Path, options: FrontEndOptions) -> dict:
@@ -58,30 +52,16 @@ def scene(speech_dir: Path, options: FrontEndOptions) -> dict:
     near[p0 : p0 + len(person)] += person
     near[t0 : t0 + len(talker)] += talker
     near += np.random.default_rng(0).normal(0, 1e-3, len(near)).astype(np.float32)
-    return {"far": far, "near": near, "talker": talker, "d": d,
+    return {"far": far, "near": near, "talker": talker,
             "stretches": {"tone": (0, len(tone)), "person, nothing played": (p0, p0 + len(person)),
                           "our reply alone": (r0 + SR, t0), "talker under our reply": (t0, t0 + len(talker))}}
 
 
 def run(s: dict, options: FrontEndOptions) -> tuple[np.ndarray, np.ndarray]:
     """The front end's output and its time per hop (ns), hop by hop."""
-    sink = RingSink(SR, capacity=1 << 21)
-    sink.write(s["far"])
-    clock = CaptureClock()
-    clock.anchor(0, T0)
-    fe = FrontEnd.for_loop(options, clock, sink)
-    near = s["near"]
-    out, buf, consumed, cost = np.zeros(len(near), np.float32), np.empty(320, np.float32), 0, []
-    for first in range(0, len(near) - VAD_FRAME + 1, VAD_FRAME):
-        while consumed < first + VAD_FRAME + 640:  # the sink plays 40 ms ahead of the worker
-            sink.consume(buf, T0 + consumed * 1_000_000_000 // SR)
-            consumed += len(buf)
-        hop = near[first : first + VAD_FRAME].copy()
-        before = fe.busy_ns
-        fe.process(first, hop)
-        cost.append(fe.busy_ns - before)
-        out[first : first + VAD_FRAME] = hop
-    return out, np.array(cost)
+    busy = []
+    out = through_front_end(s["far"], s["near"], options, lambda fe: busy.append(fe.busy_ns))
+    return out, np.diff(busy, prepend=0)
 
 
 def main(argv=None) -> int:
@@ -100,9 +80,9 @@ def main(argv=None) -> int:
         for name, (a, b) in s["stretches"].items():
             parts.append(f"{name} {np.mean(cost[a // VAD_FRAME : b // VAD_FRAME]) / 1e6:.2f}")
         a, b = s["stretches"]["our reply alone"]
-        erle = _db(s["near"][a:b]) - _db(out[a + lag : b + lag])
+        erle = db(s["near"][a:b]) - db(out[a + lag : b + lag])
         a, b = s["stretches"]["talker under our reply"]
-        under = _db(out[a + lag : b + lag]) - _db(s["talker"][: b - a])
+        under = db(out[a + lag : b + lag]) - db(s["talker"][: b - a])
         print(f"reference_floor_dbfs {v}: ms per hop: {'; '.join(parts)}; whole run {np.mean(cost) / 1e6:.2f}", flush=True)
         print(f"    echo taken down {erle:.1f} dB (our reply alone); the talker under our reply {under:+.1f} dB", flush=True)
     return 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -32,8 +33,30 @@ from edge_rt.units import SAMPLE_RATE, VAD_FRAME  # noqa: E402
 T0 = 10**12
 
 
-def _db(x: np.ndarray) -> float:
+def db(x: np.ndarray) -> float:
+    """Mean power in dBFS (-120 for silence)."""
     return 10 * np.log10(np.mean(x.astype(np.float64) ** 2) + 1e-12)
+
+
+def through_front_end(far: np.ndarray, near: np.ndarray, options: FrontEndOptions,
+                      on_hop: Callable[[FrontEnd], None] = lambda fe: None) -> np.ndarray:
+    """``near`` (16 kHz) through a front end whose reference is a sink playing ``far`` 40 ms ahead of the worker;
+    ``on_hop`` is called with the front end after each 32-ms hop. Returns its output, ``options.lag`` samples late."""
+    sink = RingSink(SAMPLE_RATE, capacity=1 << 21)
+    sink.write(far)
+    clock = CaptureClock()
+    clock.anchor(0, T0)
+    fe = FrontEnd.for_loop(options, clock, sink)
+    out, buf, consumed = np.zeros(len(near), np.float32), np.empty(320, np.float32), 0
+    for first in range(0, len(near) - VAD_FRAME + 1, VAD_FRAME):
+        while consumed < first + VAD_FRAME + 640:  # the sink plays 40 ms ahead of the worker
+            sink.consume(buf, T0 + consumed * 1_000_000_000 // SAMPLE_RATE)
+            consumed += len(buf)
+        hop = near[first : first + VAD_FRAME].copy()
+        fe.process(first, hop)
+        on_hop(fe)
+        out[first : first + VAD_FRAME] = hop
+    return out
 
 
 def echo_path(kind: str) -> np.ndarray:
@@ -60,24 +83,12 @@ def under_reply(tone_ms: int, path: np.ndarray, speech_dir: Path, options: Front
     near = np.convolve(far, path)[: len(far)].astype(np.float32)
     near[t0 : t0 + len(talker)] += talker
     near += np.random.default_rng(0).normal(0, 1e-3, len(near)).astype(np.float32)  # a microphone's floor
-    sink = RingSink(SAMPLE_RATE, capacity=1 << 21)
-    sink.write(far)
-    clock = CaptureClock()
-    clock.anchor(0, T0)
-    fe = FrontEnd.for_loop(options, clock, sink)
-    out, buf, consumed = np.zeros(len(near), np.float32), np.empty(320, np.float32), 0
-    for first in range(0, len(near) - VAD_FRAME + 1, VAD_FRAME):
-        while consumed < first + VAD_FRAME + 640:  # the sink plays 40 ms ahead of the worker
-            sink.consume(buf, T0 + consumed * 1_000_000_000 // SAMPLE_RATE)
-            consumed += len(buf)
-        hop = near[first : first + VAD_FRAME].copy()
-        fe.process(first, hop)
-        out[first : first + VAD_FRAME] = hop
+    out = through_front_end(far, near, options)
     lag, d = DELAY + AEC3_LAG, int(np.argmax(np.abs(path)))
     rows = []
     for stop in (r0 + 3 * SAMPLE_RATE // 4, r0 + len(reply)):
         a, b = r0 + d, stop
-        rows.append(_db(out[a + lag : b + lag]) - _db(talker[a - t0 : b - t0]))
+        rows.append(db(out[a + lag : b + lag]) - db(talker[a - t0 : b - t0]))
     return rows
 
 
