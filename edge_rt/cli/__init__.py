@@ -175,7 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--record-check", default=None, metavar="FILE",
                    help="write this run's per-stage speeds as a check file (record on an idle machine)")
     b.add_argument("--peer", action="store_true",
-                   help="also time faster-whisper + the same MT + Piper/espeak on the same weights (dev extra)")
+                   help="also time faster-whisper + the same MT + Piper/espeak on the same weights (dev extra); with "
+                        "--loudspeaker also that stack beside the same loudspeaker, and both runs go on 15 s after "
+                        "each clip: how often each translates its own voice")
     b.add_argument("--peer-wait-ms", type=float, default=None, metavar="MS",
                    help="the peer's end-of-speech wait (default: faster-whisper's VAD min_silence_duration_ms, 2000)")
     b.add_argument("--json", action="store_true")

@@ -134,6 +134,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                           f"{_pct(s['talk_over_rate'])}, live English WER {s['live_wer_en']} %, front end "
                           f"{s.get('frontend_ms_per_hop') or 0:.2f} ms per hop "
                           f"({'echo ' + str(s['echo']) if s['echo'] else 'no echo'})", highlight=False)
+            console.print(f"loudspeaker mode: its own voice translated {s['own_voice_turns']} times "
+                          f"({s['clips_with_own_voice']} clips)", highlight=False)
+            if s.get("peer"):
+                p = s["peer"]
+                console.print(f"package stack beside the same loudspeaker (no echo canceller): its own voice translated "
+                              f"{p['own_voice_turns']} times ({p['clips_with_own_voice']} of {p['clips']} clips); turn "
+                              f"P50 {p['turn_latency_ms']['p50'] or 0:.0f} ms; English WER {p['live_wer_en']} %",
+                              highlight=False)
         console.print(_targets_table(r["targets"], len(r["clips"])))
     return 0 if ok else 1
 

@@ -55,7 +55,7 @@ from edge_rt.measure.paused import PausedClip, PauseOptions, paused_clip, room_t
 from edge_rt.measure.serial import serial_turn
 from edge_rt.measure.slowdown import Slowdown
 from edge_rt.measure.targets import judge
-from edge_rt.measure.turn_taking import CaptionLog, TurnTaking, turn_taking, turn_taking_summary
+from edge_rt.measure.turn_taking import CaptionLog, TurnTaking, live_error_rates, turn_taking, turn_taking_summary
 from edge_rt.pack import BuiltPack
 from edge_rt.pipeline import StageOptions, load_stages
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME
@@ -108,6 +108,11 @@ class BenchOptions:
     # and 40 ms late, as in the live test (tests/loop/test_loudspeaker_jack.py). None: no echo (before 2026-12-06:
     # then AEC3 never hears its loudspeaker and the ready tone cannot train it).
     loudspeaker_echo: EchoPath | None = field(default_factory=EchoPath)
+    # With `loudspeaker` and `peer`: the loudspeaker runs go on this long after each clip (instead of tail_s), and the
+    # package stack answers the clip beside the same loudspeaker as long (measure/peer_echo.py), so that each stack's
+    # replies come back into its microphone: turns made of its own voice, for both. 15 s holds the loop's whole reply
+    # (finish lag P95 ~11.7 s here) and the stack's first one with the 2 s it waits after it.
+    echo_window_s: float = 15.0
     # Every live run starts its clip after LOUDSPEAKER_LEAD of silence, as a person speaks to a loop that has been
     # listening (always with `loudspeaker`). Off by default: the figures since issue 5 start the clip at the
     # stream's first sample, and are kept comparable. On the 33 clips (2026-12-06, `bench --no-baseline` without and
@@ -269,6 +274,11 @@ class LiveRun:
         """The live turn (:func:`live_turn`) at the clip's sample ``end``."""
         return live_turn(self.traces, self.clock, end + self.lead)
 
+    def own_voice(self, end: int) -> list[UtteranceTrace]:
+        """Utterances translated that began after the clip's last speech (its sample ``end``): nothing but the loop's
+        own playback sounds there (the tail after a clip is silence), so they are its own voice, heard back."""
+        return [t for t in self.traces if t.start_sample > end + self.lead + VAD_FRAME and t.translation]
+
     def taking(self, end: int, pauses=()) -> TurnTaking:
         """Talk-over and finish lag (:func:`turn_taking`) at the clip's sample ``end``, its pauses in clip samples."""
         return turn_taking(self.traces, self.clock, end + self.lead, self.last_played_ns,
@@ -370,10 +380,29 @@ def _loudspeaker_summary(clips: dict[str, dict], echo: EchoPath | None) -> dict:
         # front of the VAD: FrontEndOptions.reference_floor_dbfs)
         "frontend_ms_per_hop": round(float(np.median(f)), 3) if (f := [c["frontend_ms_per_hop"] for c in clips.values()
                                                                         if c.get("frontend_ms_per_hop")]) else None,
+        # utterances translated after the clip's last speech: the loop's own voice heard back (LiveRun.own_voice)
+        "own_voice_turns": sum(len(c.get("own_voice", ())) for c in clips.values()),
+        "clips_with_own_voice": sum(bool(c.get("own_voice")) for c in clips.values()),
+        # the package stack beside the same loudspeaker (bench --peer, measure/peer_echo.py); None without --peer
+        "peer": _peer_echo_summary(clips) if any("peer" in c for c in clips.values()) else None,
         "clips": {k: {"headset_ms": c["headset_ms"], "loudspeaker_ms": c["loudspeaker_ms"], "live_text": c["live_text"],
-                      "talk_over": bool(c["turn_taking"]["talk_over"]), "first": c.get("first")}
+                      "talk_over": bool(c["turn_taking"]["talk_over"]), "first": c.get("first"),
+                      "own_voice": c.get("own_voice", []), "peer": c.get("peer")}
                   for k, c in clips.items()},
     }
+
+
+def _peer_echo_summary(clips: dict[str, dict]) -> dict:
+    """The package stack's loudspeaker runs: its own voice translated, its turn latency, its English captions' WER
+    (the stretches that were not its own voice; English clips are transcribed on every route into Portuguese)."""
+    ran = [c for c in clips.values() if "peer" in c]
+    english = live_error_rates((c["lang"], c["reference"], c["peer"]["text"]) for c in ran
+                               if c["lang"] == "en" and c.get("reference"))
+    return {"own_voice_turns": sum(len(c["peer"]["own_voice"]) for c in ran),
+            "clips_with_own_voice": sum(bool(c["peer"]["own_voice"]) for c in ran),
+            "clips": len(ran),
+            "turn_latency_ms": percentiles(c["peer"]["turn_ms"] for c in ran),
+            "live_wer_en": english["en"]["value"] if "en" in english else None}
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -425,8 +454,20 @@ def _measure_clip(stages, peer, c: dict, options: BenchOptions, inputs: tuple[np
 def _loudspeaker_run(stages, options: BenchOptions, inputs: tuple[np.ndarray, int, LoopOptions]) -> LiveRun:
     """The clip's loudspeaker run (bench --loudspeaker) from its :func:`_clip_inputs`."""
     audio, _, loop_opts = inputs
-    return run_clip(stages, audio, loudspeaker_mode(loop_opts), options.tail_s, options.loudspeaker_echo,
-                    room=options.room_tone)
+    tail = max(options.tail_s, options.echo_window_s) if options.peer else options.tail_s
+    return run_clip(stages, audio, loudspeaker_mode(loop_opts), tail, options.loudspeaker_echo, room=options.room_tone)
+
+
+def _peer_echo(peer, options: BenchOptions, inputs: tuple[np.ndarray, int, LoopOptions]) -> dict:
+    """The package stack on the clip beside the loudspeaker run's loudspeaker (bench --loudspeaker --peer)."""
+    from edge_rt.measure.peer_echo import own_voice_turns, peer_echo_run, peer_turn_ms
+
+    audio, end, loop_opts = inputs
+    turns = peer_echo_run(peer, audio, end, loop_opts.target, options.loudspeaker_echo, LOUDSPEAKER_LEAD,
+                          max(options.tail_s, options.echo_window_s))
+    return {"turn_ms": peer_turn_ms(turns, LOUDSPEAKER_LEAD, end), "own_voice": [t.said for t in own_voice_turns(turns)],
+            "text": " ".join(t.heard for t in turns if not t.own_voice).strip(),
+            "turns": [t.as_dict() for t in turns]}
 
 
 def _paused_pass(stages, clips: list[dict], options: BenchOptions, log) -> dict:
@@ -485,7 +526,10 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
             loud[c["id"]] = {"headset_ms": res.turn_latency_ms, "loudspeaker_ms": run.turn(end).latency_ms,
                              "id": c["id"], "lang": c["lang"], "reference": c.get("text", ""), "first": first,
                              "live_text": run.captions.final_text(), "turn_taking": run.taking(end).as_dict(),
-                             "frontend_ms_per_hop": run.frontend_ms_per_hop}
+                             "frontend_ms_per_hop": run.frontend_ms_per_hop,
+                             "own_voice": [t.text or t.translation for t in run.own_voice(end)]}
+            if peer is not None:  # the package stack beside the same loudspeaker, as long (peer_echo.py)
+                loud[c["id"]]["peer"] = _peer_echo(peer, options, inp)
     wall = time.perf_counter() - wall0
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)

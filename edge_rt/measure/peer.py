@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +31,7 @@ from edge_rt.errors import EdgeRtError
 from edge_rt.measure.serial import SerialTurn
 from edge_rt.stages.asr.tokenizer import has_words
 
-__all__ = ["PeerStack"]
+__all__ = ["PeerReply", "PeerStack"]
 
 TIME_PRECISION = 0.02  # s per Whisper timestamp token (the CTranslate2 vocabulary lists them)
 
@@ -63,8 +64,20 @@ def _ct2_dir(files: dict[str, Path], n_vocab: int, dest: Path) -> Path:
     return dest
 
 
+@dataclass(frozen=True)
+class PeerReply:
+    """What the package stack says back to one stretch of speech (:meth:`PeerStack.reply`)."""
+
+    lang: str  # the language faster-whisper detected
+    heard: str  # its transcript (a translate route: its English translation)
+    said: str  # the text it speaks
+    audio: np.ndarray = field(repr=False)  # that speech, float32 16 kHz (empty when it says nothing)
+    compute_ms: float  # detection, decode, translation and synthesis of all of it
+
+
 class PeerStack:
-    """Load once with :meth:`load`; :meth:`turn` measures one utterance."""
+    """Load once with :meth:`load`; :meth:`turn` measures one utterance, :meth:`reply` answers one stretch of
+    speech whole (``bench --loudspeaker --peer``: measure/peer_echo.py)."""
 
     def __init__(self, whisper, piper_voices: dict, stages, wait_ms: float):
         self._whisper, self._piper, self._stages, self.wait_ms = whisper, piper_voices, stages, wait_ms
@@ -129,3 +142,33 @@ class PeerStack:
                 next(iter(self._stages.tts.clauses(text, target)), None)
         t3 = time.perf_counter()
         return SerialTurn(self.wait_ms, (t1 - t0) * 1000, (t2 - t1) * 1000, (t3 - t2) * 1000, text)
+
+    def reply(self, audio: np.ndarray, target: str) -> PeerReply:
+        """``audio`` (float32 16 kHz, one stretch the stack's VAD cut) answered as a live stack from these packages
+        answers it: faster-whisper detects the language (a live stack is not told), decodes it greedily with the
+        route's task, the same MT translates, piper-tts (English) or espeak-ng speaks all of it. The same routes as
+        the loop: speech already in ``target`` is said again as heard."""
+        from edge_rt.audio.files import resample
+        from edge_rt.errors import UnsupportedLanguageError
+
+        t0 = time.perf_counter()
+        lang = self._whisper.detect_language(audio)[0]
+        try:
+            route = self._stages.route(lang, target)
+        except UnsupportedLanguageError:  # a language the pack cannot recognise: nothing said
+            return PeerReply(lang, "", "", np.zeros(0, np.float32), (time.perf_counter() - t0) * 1000)
+        segments, _ = self._whisper.transcribe(audio, language=lang, task=route.asr_task, beam_size=1,
+                                               temperature=0.0, without_timestamps=True, vad_filter=False)
+        heard = " ".join(s.text.strip() for s in segments).strip()
+        said = self._stages.mt.translate(heard, *route.mt_pair) if heard and route.mt_pair else heard
+        speech = np.zeros(0, np.float32)
+        if has_words(said):
+            if target in self._piper:
+                chunks = list(self._piper[target].synthesize(said))
+                rate = chunks[0].sample_rate if chunks else 16000
+                samples = np.concatenate([c.audio_float_array for c in chunks]) if chunks else speech
+            else:
+                tts = self._stages.tts.synthesize(said, target)
+                samples, rate = tts.samples, tts.sample_rate
+            speech = resample(np.asarray(samples, np.float32), rate)
+        return PeerReply(lang, heard, said, speech, (time.perf_counter() - t0) * 1000)

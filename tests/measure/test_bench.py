@@ -132,6 +132,9 @@ def test_bench_reports_turn_taking_on_real_clips_and_the_paused_set(tiny_pack):
     # the same words as the headset run, give or take one
     assert s["echo"] == {"gain_db": -6.0, "delay_ms": 40}
     assert s["frontend_ms_per_hop"] > 0  # the front end's time on the worker, reported (its size is bench's figure)
+    # nothing it translated began after the clip's last speech: it never answered its own voice (the package stack
+    # beside the same loudspeaker runs with --peer only: tests/measure/test_peer_echo.py)
+    assert s["own_voice_turns"] == 0 and s["clips"][clip]["own_voice"] == [] and s["peer"] is None
     assert s["live_wer"]["en"]["clips"] == 1 and s["live_wer_en"] <= r["live_wer_en"] + 100 / 8 + 1e-6, s["clips"]
     assert s["talk_over_rate"] in (0.0, 1.0) and isinstance(s["clips"][clip]["talk_over"], bool)
     # the issues' targets judged on these figures (measure/targets.py): what this run measured gets a verdict,
@@ -204,6 +207,27 @@ def test_the_loudspeaker_summary_splits_the_ratios_by_which_run_went_first():
     assert s["per_clip_median_ratio_by_first"] == {"headset": 1.55, "loudspeaker": 1.05}
     assert s["per_clip_median_ratio"] == 1.3 and s["clips_paired"] == 4
     assert [s["clips"][k]["first"] for k in "abcde"] == ["headset", "loudspeaker"] * 2 + ["loudspeaker"]
+    assert s["own_voice_turns"] == 0 and s["peer"] is None  # no --peer: the package stack did not run
+
+
+def test_the_loudspeaker_summary_counts_each_stack_s_own_voice_and_scores_the_package_stack():
+    """bench --loudspeaker --peer: turns made of each stack's own voice, and the package stack's turn latency and
+    English WER over the stretches that were not its own voice."""
+    from edge_rt.measure.bench import _loudspeaker_summary
+
+    def clip(cid, lang, own, peer_own, peer_text, peer_ms):
+        return {"id": cid, "headset_ms": 100, "loudspeaker_ms": 110, "first": "headset", "lang": lang,
+                "reference": "a b c d", "live_text": "a b c d", "own_voice": own,
+                "turn_taking": {"talk_over": False, "at_pause": False, "finish_lag_ms": 1.0},
+                "peer": {"turn_ms": peer_ms, "own_voice": peer_own, "text": peer_text, "turns": []}}
+    clips = {"x": clip("x", "en", [], ["a b c d"], "a b c", 2500.0), "y": clip("y", "en", ["oi"], [], "a b c d", 3500.0),
+             "z": clip("z", "de", [], ["x", "y"], "not scored", None)}
+    s = _loudspeaker_summary(clips, None)
+    assert (s["own_voice_turns"], s["clips_with_own_voice"]) == (1, 1)
+    p = s["peer"]
+    assert (p["own_voice_turns"], p["clips_with_own_voice"], p["clips"]) == (3, 2, 3)
+    assert p["turn_latency_ms"]["p50"] == 3000.0  # over the clips it answered
+    assert p["live_wer_en"] == 12.5  # one word of the 8 English reference words missing; German not scored
 
 
 def test_the_ready_tone_is_not_counted_as_translated_speech():
