@@ -157,7 +157,7 @@ def _targets_table(targets: list[dict], clips: int):
     for col in ("issue", "target", "limit", "measured", "verdict"):
         table.add_column(col, justify="right" if col in ("limit", "measured") else "left")
     for t in targets:
-        digits = {"ms": 0, "MB": 0, "%": 1, "s": 2, "x": 3}.get(t["unit"], 2)
+        digits = {"ms": 0, "MB": 0, "%": 1, "s": 2, "x": 3, "turns": 0}.get(t["unit"], 2)
         value = "-" if t["value"] is None else f"{t['value']:.{digits}f} {t['unit']}"
         verdict = t["state"] + (f" (run with {t['flag']})" if t["state"] == "not measured" and t["flag"] else "")
         table.add_row(str(t["issue"]), t["name"], f"≤ {t['limit']:g} {t['unit']}", value,

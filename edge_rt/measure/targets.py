@@ -66,6 +66,11 @@ TARGETS: tuple[Target, ...] = (
     # per-clip ratios, which moves less with the clips near the median, is in the result beside it.
     Target("loudspeaker mode's turn latency P50 / the headset's", 11, 1.10, "x", ("loudspeaker", "p50_ratio"),
            "--loudspeaker"),
+    # "It never translates itself": utterances translated after a clip's last speech, where only the loop's own
+    # playback sounds (LiveRun.own_voice). Over the bench's 2.5-s tail; with --peer over 15 s after each clip, the
+    # whole reply (BenchOptions.echo_window_s). The live JACK test asserts the same (test_loudspeaker_jack.py).
+    Target("loudspeaker mode: its own voice translated", 11, 0.0, "turns", ("loudspeaker", "own_voice_turns"),
+           "--loudspeaker"),
 )
 
 
