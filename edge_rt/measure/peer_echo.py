@@ -14,10 +14,10 @@ silence, the clip, then ``window_s`` more, the stack's replies fed back through 
    synthesized) and its speech starts that much compute time later (measured here);
 3. that speech, 6 dB down and 40 ms late, is added to what the microphone hears next.
 
-A stretch that starts after the clip's last speech is made of the stack's own voice: nothing else sounds there.
-Not simulated: the stack's VAD running while it decodes (it only cuts a stretch 2 s after its end, and every
-reply here comes later than that), the room's reverberation. Replies past the window are not heard back, so
-the count of its own voice is a floor.
+The stack does one thing at a time, as a simple one does: a stretch cut while it still works on the one before
+waits for it, and a reply ready while the one before still plays is played after it. A stretch that starts after
+the clip's last speech is made of the stack's own voice: nothing else sounds there. Not simulated: the room's
+reverberation. Replies past the window are not heard back, so the count of its own voice is a floor.
 """
 
 from __future__ import annotations
@@ -68,18 +68,20 @@ def peer_echo_run(peer, clip: np.ndarray, end: int, target: str, echo: EchoPath 
     gain = 0.0 if echo is None else 10 ** (echo.gain_db / 20)
     delay = 0 if echo is None else echo.delay_ms * SAMPLE_RATE // 1000
     turns: list[PeerEchoTurn] = []
-    pos = 0
+    pos = busy = playing = 0  # where the next stretch may start; when the stack is free; when its speech ends
     while len(turns) < max_turns:
         found = get_speech_timestamps(mic[pos:], vad)
         if not found:
             break
         start, stop = pos + found[0]["start"], pos + found[0]["end"]
-        cut = min(stop, len(mic)) - pad + quiet  # its last speech (the padded end, unpadded) + the silence it needs
+        cut = stop - pad + quiet  # its last speech (the padded end, unpadded) + the silence the VAD waits for
         if cut > len(mic):  # not over within the window
             break
         reply = peer.reply(mic[start:stop].copy(), target)
-        played = cut + int(reply.compute_ms * SAMPLE_RATE / 1000)
+        busy = max(cut, busy) + int(reply.compute_ms * SAMPLE_RATE / 1000)
+        played: int | None = max(busy, playing)
         if len(reply.audio) and played < len(mic):
+            playing = played + len(reply.audio)
             at = played + delay
             n = max(0, min(len(reply.audio), len(mic) - at))
             mic[at: at + n] += np.float32(gain) * reply.audio[:n]
