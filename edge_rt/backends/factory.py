@@ -57,6 +57,10 @@ CPU_ONLY = {
 #       "off"): its threads spun on between its per-token runs. With every other session "run", keeping the
 #       decoder's "always" gained nothing over "run" (Whisper 103.4 against 102.8 ms, the pause's work 141 against
 #       140 ms: one run of `python tools/spin_ab.py` with that mixed setting added, generated utterances).
+#   every session with the config entry "session.set_denormal_as_zero" = "1" (2026-12-07, thirty-first session; AEC3
+#       was slowed by a silent reference, FrontEndOptions.reference_floor_dbfs): the pause's work 141.0 -> 137.4 ms,
+#       Whisper 103.4 -> 101.0 ms, Piper 181.8 -> 183.3 ms (tools/spin_ab.py's child with "tuned", 3 processes each,
+#       alternating; the entry set through a temporary switch): within the spread of its rounds, not taken.
 ORT_TUNING: dict[str, dict[str, object]] = {"asr/encoder": {"mem_pattern": False}}
 
 
