@@ -103,10 +103,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     else:
         lat, r = result["turn_latency_ms"], result
         peer = f"; peer P50 {r['peer_p50_ms']:.0f} ms (x{r['speedup_vs_peer'] or 0:.2f})" if r["peer_p50_ms"] else ""
+        serial = (f"; serial P50 {r['serial_p50_ms']:.0f} ms (x{r['speedup_vs_serial'] or 0:.2f})"
+                  if r["serial_p50_ms"] else "; no serial baseline")  # --no-baseline: nothing to compare with
         console.print(f"turn latency P50 {lat['p50'] or 0:.0f} ms, P95 {lat['p95'] or 0:.0f} ms "
-                      f"({r['clips_measured']} of {len(r['clips'])} clips); serial P50 {r['serial_p50_ms'] or 0:.0f} "
-                      f"ms (x{r['speedup_vs_serial'] or 0:.2f}){peer}; peak RSS {r['rss_mb_peak']:.0f} MB; "
-                      f"cold start {r['cold_start_s']:.1f} s", highlight=False)
+                      f"({r['clips_measured']} of {len(r['clips'])} clips){serial}{peer}; peak RSS "
+                      f"{r['rss_mb_peak']:.0f} MB; cold start {r['cold_start_s']:.1f} s", highlight=False)
         if r.get("loop_memory"):
             m = r["loop_memory"]
             console.print(f"the loop alone (fresh process, into pt, {m['clips']} clips): peak RSS after warm-up "
