@@ -143,6 +143,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                               f"{p['own_voice_turns']} times ({p['clips_with_own_voice']} of {p['clips']} clips); turn "
                               f"P50 {p['turn_latency_ms']['p50'] or 0:.0f} ms; English WER {p['live_wer_en']} %",
                               highlight=False)
+            if s.get("peer_half_duplex"):
+                h = s["peer_half_duplex"]
+                console.print(f"... that stack muting its microphone while it speaks: its own voice translated "
+                              f"{h['own_voice_turns']} times; turn P50 {h['turn_latency_ms']['p50'] or 0:.0f} ms; "
+                              f"English WER {h['live_wer_en']} %", highlight=False)
         console.print(_targets_table(r["targets"], len(r["clips"])))
     return 0 if ok else 1
 

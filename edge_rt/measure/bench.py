@@ -385,23 +385,28 @@ def _loudspeaker_summary(clips: dict[str, dict], echo: EchoPath | None) -> dict:
         "clips_with_own_voice": sum(bool(c.get("own_voice")) for c in clips.values()),
         # the package stack beside the same loudspeaker (bench --peer, measure/peer_echo.py); None without --peer
         "peer": _peer_echo_summary(clips) if any("peer" in c for c in clips.values()) else None,
+        # ... and that stack muting its microphone while it speaks
+        "peer_half_duplex": (_peer_echo_summary(clips, "peer_half_duplex")
+                             if any("peer_half_duplex" in c for c in clips.values()) else None),
         "clips": {k: {"headset_ms": c["headset_ms"], "loudspeaker_ms": c["loudspeaker_ms"], "live_text": c["live_text"],
                       "talk_over": bool(c["turn_taking"]["talk_over"]), "first": c.get("first"),
-                      "own_voice": c.get("own_voice", []), "peer": c.get("peer")}
+                      "own_voice": c.get("own_voice", []), "peer": c.get("peer"),
+                      "peer_half_duplex": c.get("peer_half_duplex")}
                   for k, c in clips.items()},
     }
 
 
-def _peer_echo_summary(clips: dict[str, dict]) -> dict:
-    """The package stack's loudspeaker runs: its own voice translated, its turn latency, its English captions' WER
-    (the stretches that were not its own voice; English clips are transcribed on every route into Portuguese)."""
-    ran = [c for c in clips.values() if "peer" in c]
-    english = live_error_rates((c["lang"], c["reference"], c["peer"]["text"]) for c in ran
+def _peer_echo_summary(clips: dict[str, dict], key: str = "peer") -> dict:
+    """The package stack's loudspeaker runs (``key``: "peer", or "peer_half_duplex" for the one that mutes its
+    microphone while it speaks): its own voice translated, its turn latency, its English captions' WER (the stretches
+    that were not its own voice; English clips are transcribed on every route into Portuguese)."""
+    ran = [c[key] | {"lang": c["lang"], "reference": c["reference"]} for c in clips.values() if key in c]
+    english = live_error_rates((c["lang"], c["reference"], c["text"]) for c in ran
                                if c["lang"] == "en" and c.get("reference"))
-    return {"own_voice_turns": sum(len(c["peer"]["own_voice"]) for c in ran),
-            "clips_with_own_voice": sum(bool(c["peer"]["own_voice"]) for c in ran),
+    return {"own_voice_turns": sum(len(c["own_voice"]) for c in ran),
+            "clips_with_own_voice": sum(bool(c["own_voice"]) for c in ran),
             "clips": len(ran),
-            "turn_latency_ms": percentiles(c["peer"]["turn_ms"] for c in ran),
+            "turn_latency_ms": percentiles(c["turn_ms"] for c in ran),
             "live_wer_en": english["en"]["value"] if "en" in english else None}
 
 
@@ -458,13 +463,15 @@ def _loudspeaker_run(stages, options: BenchOptions, inputs: tuple[np.ndarray, in
     return run_clip(stages, audio, loudspeaker_mode(loop_opts), tail, options.loudspeaker_echo, room=options.room_tone)
 
 
-def _peer_echo(peer, options: BenchOptions, inputs: tuple[np.ndarray, int, LoopOptions]) -> dict:
-    """The package stack on the clip beside the loudspeaker run's loudspeaker (bench --loudspeaker --peer)."""
+def _peer_echo(peer, options: BenchOptions, inputs: tuple[np.ndarray, int, LoopOptions],
+               listens_while_speaking: bool = True) -> dict:
+    """The package stack on the clip beside the loudspeaker run's loudspeaker (bench --loudspeaker --peer); with
+    ``listens_while_speaking`` False, the same stack muting its microphone while it speaks (half duplex)."""
     from edge_rt.measure.peer_echo import own_voice_turns, peer_echo_run, peer_turn_ms
 
     audio, end, loop_opts = inputs
     turns = peer_echo_run(peer, audio, end, loop_opts.target, options.loudspeaker_echo, LOUDSPEAKER_LEAD,
-                          max(options.tail_s, options.echo_window_s))
+                          max(options.tail_s, options.echo_window_s), listens_while_speaking=listens_while_speaking)
     return {"turn_ms": peer_turn_ms(turns, LOUDSPEAKER_LEAD, end), "own_voice": [t.said for t in own_voice_turns(turns)],
             "text": " ".join(t.heard for t in turns if not t.own_voice).strip(),
             "turns": [t.as_dict() for t in turns]}
@@ -530,6 +537,7 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
                              "own_voice": [t.text or t.translation for t in run.own_voice(end)]}
             if peer is not None:  # the package stack beside the same loudspeaker, as long (peer_echo.py)
                 loud[c["id"]]["peer"] = _peer_echo(peer, options, inp)
+                loud[c["id"]]["peer_half_duplex"] = _peer_echo(peer, options, inp, listens_while_speaking=False)
     wall = time.perf_counter() - wall0
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)

@@ -53,10 +53,13 @@ class PeerEchoTurn:
 
 
 def peer_echo_run(peer, clip: np.ndarray, end: int, target: str, echo: EchoPath | None, lead: int,
-                  window_s: float, max_turns: int = 8) -> list[PeerEchoTurn]:
+                  window_s: float, max_turns: int = 8, listens_while_speaking: bool = True) -> list[PeerEchoTurn]:
     """The package stack ``peer`` (:class:`~edge_rt.measure.peer.PeerStack`) on ``clip`` (float32 16 kHz) after
     ``lead`` samples of silence and before ``window_s`` s more, its replies heard back through ``echo`` (None: a
-    headset, nothing heard back). ``end``: the clip's last speech sample (the bench's oracle end)."""
+    headset, nothing heard back). ``end``: the clip's last speech sample (the bench's oracle end).
+
+    ``listens_while_speaking`` False: the stack a user builds once it has heard itself, which mutes its microphone
+    while it speaks (half duplex): it hears no echo, nor what anyone says until its speech (and its echo) ended."""
     from faster_whisper.vad import VadOptions, get_speech_timestamps
 
     vad = VadOptions()
@@ -84,7 +87,10 @@ def peer_echo_run(peer, clip: np.ndarray, end: int, target: str, echo: EchoPath 
             playing = played + len(reply.audio)
             at = played + delay
             n = max(0, min(len(reply.audio), len(mic) - at))
-            mic[at: at + n] += np.float32(gain) * reply.audio[:n]
+            if listens_while_speaking:
+                mic[at: at + n] += np.float32(gain) * reply.audio[:n]
+            else:  # muted from its first sample to its echo's last
+                mic[played: at + n] = 0.0
         else:
             played = None
         turns.append(PeerEchoTurn(start, stop, cut, played, reply.lang, reply.heard, reply.said,

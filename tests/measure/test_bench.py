@@ -228,6 +228,10 @@ def test_the_loudspeaker_summary_counts_each_stack_s_own_voice_and_scores_the_pa
     assert (p["own_voice_turns"], p["clips_with_own_voice"], p["clips"]) == (3, 2, 3)
     assert p["turn_latency_ms"]["p50"] == 3000.0  # over the clips it answered
     assert p["live_wer_en"] == 12.5  # one word of the 8 English reference words missing; German not scored
+    assert s["peer_half_duplex"] is None  # that stack muting its microphone did not run here
+    clips["x"]["peer_half_duplex"] = {"turn_ms": 2400.0, "own_voice": [], "text": "a b c d", "turns": []}
+    h = _loudspeaker_summary(clips, None)["peer_half_duplex"]
+    assert (h["own_voice_turns"], h["clips"], h["live_wer_en"], h["turn_latency_ms"]["p50"]) == (0, 1, 0.0, 2400.0)
 
 
 def test_the_ready_tone_is_not_counted_as_translated_speech():

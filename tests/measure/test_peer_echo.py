@@ -41,6 +41,9 @@ def test_the_package_stack_beside_a_loudspeaker_translates_its_own_voice(default
     assert mine, [t.as_dict() for t in loud]
     # the stretch it answered began where its own reply came back: after the clip, at its reply's first sound
     assert mine[0].start + 400 * SAMPLE_RATE // 1000 >= loud[0].played
+    # muting its microphone while it speaks (half duplex), it answers the clip and hears nothing of itself
+    half = peer_echo_run(peer, clip, end, "en", EchoPath(), LOUDSPEAKER_LEAD, 12.0, listens_while_speaking=False)
+    assert [t.said for t in half] == [first.said] and own_voice_turns(half) == []
 
 
 def test_the_loop_s_own_voice_is_what_it_translated_after_the_clip_s_last_speech():
