@@ -1,8 +1,9 @@
 """The package stack beside a loudspeaker (``bench --loudspeaker --peer``): faster-whisper + the same MT +
 piper-tts / espeak-ng when their own speech comes back into the microphone.
 
-A stack assembled from those packages has no echo canceller and listens all the time (one that stops listening
-while it speaks cannot hear a person who talks over it). This module plays that stack's part on one clip's
+A stack assembled from those packages has no echo canceller. It listens all the time, or, once its owner has
+heard it answer itself, mutes its microphone while it speaks (``listens_while_speaking=False``: half duplex, deaf
+to a person who talks over it). This module plays that stack's part on one clip's
 timeline, as ``bench`` runs the loop in loudspeaker mode: :data:`~edge_rt.measure.bench.LOUDSPEAKER_LEAD` of
 silence, the clip, then ``window_s`` more, the stack's replies fed back through the same
 :class:`~edge_rt.audio.echo_path.EchoPath` (6 dB down, 40 ms late):
