@@ -275,8 +275,9 @@ class LiveRun:
         return live_turn(self.traces, self.clock, end + self.lead)
 
     def own_voice(self, end: int) -> list[UtteranceTrace]:
-        """Utterances translated that began after the clip's last speech (its sample ``end``): nothing but the loop's
-        own playback sounds there (the tail after a clip is silence), so they are its own voice, heard back."""
+        """Utterances translated that began after the clip's last speech (its sample ``end``): only the clip's own
+        trailing room noise, the silent tail and the loop's playback sound there, so they are its own voice heard back
+        (or text invented from that room noise, as much an error)."""
         return [t for t in self.traces if t.start_sample > end + self.lead + VAD_FRAME and t.translation]
 
     def taking(self, end: int, pauses=()) -> TurnTaking:
