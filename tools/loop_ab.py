@@ -130,7 +130,8 @@ def _every_turn_call(on: bool):
 
 
 # --vary loudspeaker's suffixes that leave a part of the front end out -> the FrontEndOptions field and its value
-_WITHOUT = {"tone": ("ready_tone_ms", 0), "pass": ("passthrough_after_ms", None), "floor": ("reference_floor_dbfs", None)}
+_WITHOUT = {"tone": ("ready_tone_ms", 0), "pass": ("passthrough_after_ms", None),
+            "floor": ("reference_floor_dbfs", None)}
 
 
 def _loudspeaker(v: str) -> dict:

@@ -127,9 +127,10 @@ class FrontEndOptions:
     # worker in front of the VAD (en_fleurs_1728 in loudspeaker mode: the worker reached the pause 59 ms behind the
     # capture, 14 ms with a headset). The cancellation is the same with any of the three (echo taken down 41.0 dB,
     # the talker under our reply -1.1 / -1.2 dB; tools/ready_tone.py's talker under our first reply after the tone
-    # -0.8 -> -1.3 dB in its first 0.75 s, -3.3 -> -3.7 dB over 2 s, with and without the floor at -100). -100: tens of dB under any microphone's own noise; -120 and -140
-    # moved one hop of 877 in the echo gate's test scene over 8 played clips (en_jfk at 2.0 s, while AEC3 converges)
-    # from echo to not echo, -100 none. Chosen on those generated scenes, not on the bench's clips.
+    # -0.8 -> -1.3 dB in its first 0.75 s, -3.3 -> -3.7 dB over 2 s, with and without the floor at -100). -100: tens
+    # of dB under any microphone's own noise; -120 and -140 moved one hop of 877 in the echo gate's test scene over 8
+    # played clips (en_jfk at 2.0 s, while AEC3 converges) from echo to not echo, -100 none. Chosen on those
+    # generated scenes, not on the bench's clips.
     reference_floor_dbfs: float | None = -100.0
 
     def __post_init__(self):

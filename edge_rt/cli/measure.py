@@ -139,9 +139,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                           f"({s['clips_with_own_voice']} clips)", highlight=False)
             if s.get("peer"):
                 p = s["peer"]
-                console.print(f"package stack beside the same loudspeaker (no echo canceller): its own voice translated "
-                              f"{p['own_voice_turns']} times ({p['clips_with_own_voice']} of {p['clips']} clips); turn "
-                              f"P50 {p['turn_latency_ms']['p50'] or 0:.0f} ms; English WER {p['live_wer_en']} %",
+                console.print(f"package stack beside the same loudspeaker (no echo canceller): its own voice "
+                              f"translated {p['own_voice_turns']} times ({p['clips_with_own_voice']} of "
+                              f"{p['clips']} clips); turn P50 {p['turn_latency_ms']['p50'] or 0:.0f} ms; English WER "
+                              f"{p['live_wer_en']} %",
                               highlight=False)
             if s.get("peer_half_duplex"):
                 h = s["peer_half_duplex"]

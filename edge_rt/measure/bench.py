@@ -132,6 +132,11 @@ class BenchOptions:
     room_tone: bool = False
 
     @property
+    def loudspeaker_tail_s(self) -> float:
+        """How long the loudspeaker runs (and, with ``peer``, the package stack's) go on after each clip."""
+        return max(self.tail_s, self.echo_window_s) if self.peer else self.tail_s
+
+    @property
     def lead_in(self) -> bool:
         """Live runs start their clip after LOUDSPEAKER_LEAD (``lead``, and always with ``loudspeaker``)."""
         return self.lead or self.loudspeaker
@@ -460,8 +465,8 @@ def _measure_clip(stages, peer, c: dict, options: BenchOptions, inputs: tuple[np
 def _loudspeaker_run(stages, options: BenchOptions, inputs: tuple[np.ndarray, int, LoopOptions]) -> LiveRun:
     """The clip's loudspeaker run (bench --loudspeaker) from its :func:`_clip_inputs`."""
     audio, _, loop_opts = inputs
-    tail = max(options.tail_s, options.echo_window_s) if options.peer else options.tail_s
-    return run_clip(stages, audio, loudspeaker_mode(loop_opts), tail, options.loudspeaker_echo, room=options.room_tone)
+    return run_clip(stages, audio, loudspeaker_mode(loop_opts), options.loudspeaker_tail_s, options.loudspeaker_echo,
+                    room=options.room_tone)
 
 
 def _peer_echo(peer, options: BenchOptions, inputs: tuple[np.ndarray, int, LoopOptions],
@@ -472,8 +477,9 @@ def _peer_echo(peer, options: BenchOptions, inputs: tuple[np.ndarray, int, LoopO
 
     audio, end, loop_opts = inputs
     turns = peer_echo_run(peer, audio, end, loop_opts.target, options.loudspeaker_echo, LOUDSPEAKER_LEAD,
-                          max(options.tail_s, options.echo_window_s), listens_while_speaking=listens_while_speaking)
-    return {"turn_ms": peer_turn_ms(turns, LOUDSPEAKER_LEAD, end), "own_voice": [t.said for t in own_voice_turns(turns)],
+                          options.loudspeaker_tail_s, listens_while_speaking=listens_while_speaking)
+    return {"turn_ms": peer_turn_ms(turns, LOUDSPEAKER_LEAD, end),
+            "own_voice": [t.said for t in own_voice_turns(turns)],
             "text": " ".join(t.heard for t in turns if not t.own_voice).strip(),
             "turns": [t.as_dict() for t in turns]}
 

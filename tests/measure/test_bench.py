@@ -220,7 +220,8 @@ def test_the_loudspeaker_summary_counts_each_stack_s_own_voice_and_scores_the_pa
                 "reference": "a b c d", "live_text": "a b c d", "own_voice": own,
                 "turn_taking": {"talk_over": False, "at_pause": False, "finish_lag_ms": 1.0},
                 "peer": {"turn_ms": peer_ms, "own_voice": peer_own, "text": peer_text, "turns": []}}
-    clips = {"x": clip("x", "en", [], ["a b c d"], "a b c", 2500.0), "y": clip("y", "en", ["oi"], [], "a b c d", 3500.0),
+    clips = {"x": clip("x", "en", [], ["a b c d"], "a b c", 2500.0),
+             "y": clip("y", "en", ["oi"], [], "a b c d", 3500.0),
              "z": clip("z", "de", [], ["x", "y"], "not scored", None)}
     s = _loudspeaker_summary(clips, None)
     assert (s["own_voice_turns"], s["clips_with_own_voice"]) == (1, 1)
