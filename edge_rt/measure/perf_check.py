@@ -35,7 +35,7 @@ CHECKED_STAGES = ("vad", "asr", "mt", "tts")
 # stage slowdown measures x1.8-x2.3; an unchanged tree measured within x0.7-x1.3 on an idle machine and
 # up to x1.5-x1.9 for the ASR while other jobs ran on this 2-core machine (record and check on quiet ones).
 CHECK_TOLERANCE = 0.5
-CHEAP_CALLS = 3  # the VAD, MT and TTS take tens of ms: time them this many times per repeat
+CHEAP_CALLS = 3  # the VAD, MT and TTS take tens of ms: time them this many times per repeat, each after a warm call
 SETTLE_S = 0.05  # rest before each timed piece: ONNX Runtime's spinning threads of the previous one go quiet
 
 
@@ -54,7 +54,8 @@ def measure_speed(stages, clips: Sequence[tuple[np.ndarray, int, LoopOptions]], 
     (1 and ``threads``): a stage is measured in units of the probe that runs on as many cores as it does,
     since load from other processes slows a 2-thread workload more than a 1-thread one.
     For each clip, ``repeats`` times: the serial pipeline (ASR, MT, first TTS chunk, each timed alone),
-    then the VAD over the clip, the MT and the first TTS chunk ``CHEAP_CALLS`` times each. Every timed
+    then the VAD over the clip, the MT and the first TTS chunk ``CHEAP_CALLS`` times each, each timed call
+    right after an untimed one (see below). Every timed
     call sits between two probe windows on its own thread count (a window runs the probe graph back to
     back for about as long as a call), and its figure is its time over the mean of those two windows.
     A stage's figure is the sum over the clips of the median of its calls' figures.
@@ -66,6 +67,12 @@ def measure_speed(stages, clips: Sequence[tuple[np.ndarray, int, LoopOptions]], 
     against a reference recorded a minute earlier and passed a x1.5 limit (CI, 2026-12-06). Paired
     and medianed, 6 runs of 3 repeats moved by x1.13-x1.17, and stages slowed 2x measured x1.9-x2.3
     against them (``python tools/perf_spread.py``, with and without ``--slowdown asr=2,tts=2``).
+
+    Warm, because a call of a few ms timed after the settling rest measures how the core wakes, not the
+    stage: one MT sentence took 10.3-14.5 ms (P10-P90) timed after 50 ms of rest and 6.5-8.6 ms timed
+    right after an untimed call of itself (349 rounds in one process, 2026-12-07); inside the check the
+    cold MT calls of one run went from 7 to 20 ms, its figure moved x1.78 over 4 runs of the same tree
+    (1.52-2.70 probes) and CI failed on it at x1.54. The ASR's serial turn (hundreds of ms) stays as is.
     """
     if repeats < 1 or not clips:
         raise ValueError(f"measure_speed needs repeats >= 1 and at least one clip, got {repeats}, {len(clips)}")
@@ -89,6 +96,7 @@ def measure_speed(stages, clips: Sequence[tuple[np.ndarray, int, LoopOptions]], 
     def timed(fn):
         def ms_of() -> float:
             time.sleep(SETTLE_S)
+            fn()  # untimed: the call that follows finds the core awake and its caches holding this stage
             t0 = time.perf_counter()
             fn()
             return (time.perf_counter() - t0) * 1000
