@@ -15,7 +15,8 @@ or ``loudspeaker`` (``off``, ``frontend``, ``frontend+64``, ``on``: `run --louds
 it with ``complete_after_ms`` MS; each with ``-tone``: no ready tone, ``-echo``: no echo path; a run with the front
 end hears its own playback 6 dB down and 40 ms late, as in `bench --loudspeaker`; ``-pass``: the front end's output
 even where nothing played, no passthrough (FrontEndOptions.passthrough_after_ms None); ``-floor``: AEC3's reference
-without its floor (FrontEndOptions.reference_floor_dbfs None); ``on@POLICY``: barge-in POLICY
+without its floor (FrontEndOptions.reference_floor_dbfs None); ``-late``: the passthrough as late as the front end's
+output (FrontEndOptions.passthrough_in_time False, the default until 2026-12-07); ``on@POLICY``: barge-in POLICY
 instead of loudspeaker mode's). With a loudspeaker value among them, every setting's clip comes after the same
 silence (bench.LOUDSPEAKER_LEAD)
 or ``barge_in`` (LoopOptions: what someone talking over our speech does to it, with a headset) or ``turn_calls``
@@ -32,6 +33,7 @@ and their paused versions with two settings).
     python tools/loop_ab.py [--vary complete_after_ms=64,256 | beam_size=1,5 | redecode=off,-0.5 | preroll_ms=192,320 | postroll_ms=0,64
                              | noisy_preroll=off,20 | repeat_words=off,3 | lend_within_s=off,2
                              | loudspeaker=off,frontend,frontend+64,on | loudspeaker=on+64,on | loudspeaker=off,on-tone,on | loudspeaker=off,on-pass,on
+                             | loudspeaker=off,on-late,on
                              | loudspeaker=on@pause,on | barge_in=continue,resay | turn_calls=all,needed
                              | held_postroll_ms=off,64 | spinning=decoder,run]
                             [--limit N] [--ids ID,ID]
@@ -131,7 +133,7 @@ def _every_turn_call(on: bool):
 
 # --vary loudspeaker's suffixes that leave a part of the front end out -> the FrontEndOptions field and its value
 _WITHOUT = {"tone": ("ready_tone_ms", 0), "pass": ("passthrough_after_ms", None),
-            "floor": ("reference_floor_dbfs", None)}
+            "floor": ("reference_floor_dbfs", None), "late": ("passthrough_in_time", False)}
 
 
 def _loudspeaker(v: str) -> dict:
@@ -143,15 +145,16 @@ def _loudspeaker(v: str) -> dict:
     v, _, barge_in = v.partition("@")  # on@duck: barge-in duck instead of loudspeaker mode's default
     # on-tone: no ready tone; on-echo: no echo path; on-pass: no passthrough where nothing played (the front end's
     # output always, FrontEndOptions.passthrough_after_ms None); on-floor: AEC3's reference without its floor
-    # (FrontEndOptions.reference_floor_dbfs None: exact zeros where nothing plays); on-tone-echo: neither tone nor echo
+    # (FrontEndOptions.reference_floor_dbfs None: exact zeros where nothing plays); on-late: the passthrough `lag`
+    # samples late (FrontEndOptions.passthrough_in_time False); on-tone-echo: neither tone nor echo
     base, *without = v.split("-")
     if base.startswith("on+") and base[3:].isdigit():  # all of it, with another complete_after_ms
         out = {"loudspeaker": True, "turn": dataclasses.replace(TurnOptions(), complete_after_ms=int(base[3:]))}
     elif base in parts and set(without) <= {"echo", *_WITHOUT}:
         out = dict(parts[base])
     else:
-        raise SystemExit(f"--vary loudspeaker takes {', '.join(parts)} or on+MS, each with -tone, -echo, -pass "
-                         f"and/or -floor; got {v!r}")
+        raise SystemExit(f"--vary loudspeaker takes {', '.join(parts)} or on+MS, each with -tone, -echo, -pass, "
+                         f"-floor and/or -late; got {v!r}")
     if barge_in and (barge_in not in BARGE_IN or not out.get("loudspeaker")):
         raise SystemExit(f"--vary loudspeaker: @POLICY goes with on (on@duck), POLICY one of {', '.join(BARGE_IN)}; got {v!r}")
     return {**out, "_echo": "echo" not in without, "_without": dict(_WITHOUT[w] for w in without if w in _WITHOUT),

@@ -14,9 +14,12 @@ the endpointer and every decode read the same history (a decode hears what the V
 are taken ``lag`` samples earlier, when that audio was captured.
 
 Pass-through: where nothing of ours can be in the capture (the far end silent for ``passthrough_after_ms``), the
-front end hands out the capture itself, ``lag`` samples late like its output, so the VAD, the endpointer and
-Whisper get what a headset gives them; AEC3 still processes every frame, and its output takes over at the first
-hop whose far end carries sound, before that sound's echo can reach the microphone.
+front end hands out the capture itself, as it comes (``passthrough_in_time``), so the VAD, the endpointer and
+Whisper get what a headset gives them, when a headset gives it; AEC3 still processes every frame, and its output
+takes over at the first hop whose far end carries sound, before that sound's echo can reach the microphone. The
+stream's lag is then 0 while it passes through and ``lag`` while it is processed (:meth:`FrontEnd.lag_at`): where
+the output takes over, its first ``lag`` samples are the pass-through's last ones again, cleaned; where the pass-
+through takes over again (only while no utterance is open), ``lag`` samples of the capture are not handed out.
 
 Reference floor: AEC3 is given the far end plus fixed noise at ``reference_floor_dbfs`` (-100 dBFS), never exact zeros:
 on zeros, once it has heard its loudspeaker, it costs ~15x per frame (tools/frontend_cost.py). Only AEC3 hears the
@@ -119,6 +122,12 @@ class FrontEndOptions:
     # suppression on, the output always (suppression is meant for Whisper). 320 ms: the 40-ms loop-back, a sound
     # card's output latency and a room's tail to ~30 dB down; not tuned.
     passthrough_after_ms: int | None = 320
+    # The pass-through hands out the capture as it comes, not `lag` samples late like the processed output: a
+    # turn's end, nearly always said with nothing of ours playing, reaches the VAD 18 ms sooner. In `bench
+    # --loudspeaker --peer` (2026-12-07, 33 clips, before this option) every clip without talk-over ended its
+    # turn 13.3-18.2 or 35.0-38.1 ms later in loudspeaker mode than with a headset (median +17.9 ms of 32 paired:
+    # 288 samples, the lag, or that and one more hop). False: as late as the output (the stream never jumps).
+    passthrough_in_time: bool = True
     # A floor of noise added to the reference AEC3 is given (RMS in dBFS; None: none). Where nothing of ours plays
     # the reference is exact zeros, and once AEC3 has heard its loudspeaker (the ready tone) a frame of zeros costs
     # it ~15x what a frame of sound does on x86 (most likely denormal floats as its filter states decay): offline,
@@ -157,12 +166,21 @@ class FrontEndOptions:
 
     @property
     def lag(self) -> int:
-        """Samples the front end's output lies behind its capture index (see :attr:`FrontEnd.lag`)."""
+        """Samples the front end's processed output lies behind its capture index (see :attr:`FrontEnd.lag`)."""
         return DELAY + (AEC3_LAG if self.echo_cancellation else 0)
+
+    @property
+    def passing_lag(self) -> int:
+        """The stream's lag while nothing of ours plays: 0 where the capture passes through in time, else :attr:`lag`.
+
+        The pass-through needs a far end to listen to (echo cancellation) and no noise suppression."""
+        passes = self.passthrough_after_ms is not None and self.echo_cancellation and not self.noise_suppression
+        return 0 if passes and self.passthrough_in_time else self.lag
 
 
 _SILENT_MS = 1e-8  # a far-end hop's mean square below this (-80 dBFS) is silence: nothing of ours played
 _FLOOR = 1 << 12  # samples of the reference floor's noise, read round and round (FrontEndOptions.reference_floor_dbfs)
+_SWITCHES = 64  # changes of the stream's lag remembered by FrontEnd.lag_at (older ones: the oldest remembered lag)
 
 
 def _processor(options: FrontEndOptions):
@@ -256,6 +274,13 @@ class FrontEnd:
         self.far_until: int | None = None
         self.passed = False  # the last hop was handed out as captured
         self.passed_hops = 0
+        # The stream's lag (0 while passing through in time, else `lag`) and where it last changed: a ring of
+        # (first output index at the new lag, that lag), newest last, for lag_at().
+        self._in_time = self._pass_after is not None and options.passthrough_in_time
+        self._shift = 0 if self._in_time else options.lag
+        self._switch_at = np.zeros(_SWITCHES, np.int64)
+        self._switch_lag = np.zeros(_SWITCHES, np.int64)
+        self.switches = 0
         # The reference's floor (FrontEndOptions.reference_floor_dbfs): fixed noise, added to what AEC3 is given only
         # (the echo gate and the passthrough read the far end as played), and the time spent processing.
         self._floor = None
@@ -284,6 +309,16 @@ class FrontEnd:
         """Samples the cleaned audio lies behind its capture index: what was heard at index i is at i + lag."""
         return self.options.lag
 
+    def lag_at(self, index: int) -> int:
+        """Samples the stream lay behind the capture at output ``index``: sample ``index`` was heard at
+        ``index - lag_at(index)`` (0 while the capture passed through in time, else :attr:`lag`)."""
+        for k in range(self.switches - 1, max(self.switches - _SWITCHES, 0) - 1, -1):
+            if self._switch_at[k % _SWITCHES] <= index:
+                return int(self._switch_lag[k % _SWITCHES])
+        if self.switches > _SWITCHES:  # before the oldest change remembered: the lag it left
+            return int(self.options.lag - self._switch_lag[self.switches % _SWITCHES])
+        return 0 if self._in_time else self.options.lag
+
     @property
     def cancels_echo(self) -> bool:
         """Echo cancellation runs with the sink's playback as far end (so a ready tone can train it)."""
@@ -295,9 +330,19 @@ class FrontEnd:
         tap = getattr(sink, "tap", None)
         return cls(options, clock, FarEnd(tap) if tap is not None and options.echo_cancellation else None)
 
-    def process(self, first: int, hop: np.ndarray) -> None:
+    def _note_lag(self, first: int, lag: int) -> None:
+        """The stream's lag from output index ``first`` on (remembered for :meth:`lag_at` where it changes)."""
+        if lag != self._shift:
+            k = self.switches % _SWITCHES
+            self._switch_at[k], self._switch_lag[k] = first, lag
+            self.switches += 1
+            self._shift = lag
+
+    def process(self, first: int, hop: np.ndarray, speaking: bool = False) -> None:
         """Replace ``hop`` (capture samples from index ``first``) by the front end's output, ``lag`` samples older:
-        processed, or the capture itself where nothing of ours played (``passthrough_after_ms``)."""
+        processed, or the capture itself where nothing of ours played (``passthrough_after_ms``; in time with
+        ``passthrough_in_time``). ``speaking``: an utterance is open, so a pass-through in time does not take over
+        yet (it would leave out ``lag`` samples of it)."""
         t0 = time.perf_counter_ns()
         n, p = len(hop), self._pending
         self._near[p : p + n] = hop
@@ -324,10 +369,16 @@ class FrontEnd:
             self._pending = rest
         else:
             self._pending = p + n
-        # as late as the output: the delay line holds capture [first - lag, first + n)
-        self.passed = self._pass_after is not None and (self.far_until is None
-                                                        or self.far_until + self._pass_after <= first - lag)
-        hop[:] = self._raw[:n] if self.passed else self._out[:n]
+        if self._in_time:  # the capture itself, as it comes: from the far end's last sound on, as heard now
+            quiet = self.far_until is None or self.far_until + self._pass_after <= first
+            self.passed = quiet and (self.passed or not speaking)
+            if not self.passed:
+                hop[:] = self._out[:n]
+            self._note_lag(first, 0 if self.passed else lag)
+        else:  # as late as the output: the delay line holds capture [first - lag, first + n)
+            self.passed = self._pass_after is not None and (self.far_until is None
+                                                            or self.far_until + self._pass_after <= first - lag)
+            hop[:] = self._raw[:n] if self.passed else self._out[:n]
         self.passed_hops += self.passed
         self._raw[:lag] = self._raw[n : n + lag]
         self._out[: self._ready - n] = self._out[n : self._ready]

@@ -123,11 +123,11 @@ class Loop:
         # Echo cancellation before the VAD (audio/frontend.py): the VAD, the history (ASR) and observers
         # get the cleaned hop.
         self._frontend = FrontEnd.for_loop(options.frontend, source.clock, sink) if options.frontend else None
-        # The front end hands back each hop's audio `lag` samples late (10-18 ms), and the loop's sample indices are
-        # its output's: the VAD, the endpointer and every decode read the same history, so a decode hears exactly the
-        # audio the VAD framed (where nothing of ours played, the capture itself: FrontEndOptions.passthrough_after_ms).
-        # Sample i was captured at index i - lag: the trace's times are taken there.
-        self._lag = self._frontend.lag if self._frontend is not None else 0
+        # The front end hands back each hop's audio `lag` samples late (10-18 ms) while it cleans it, and the loop's
+        # sample indices are its output's: the VAD, the endpointer and every decode read the same history, so a decode
+        # hears exactly the audio the VAD framed (where nothing of ours played, the capture itself, as it comes:
+        # FrontEndOptions.passthrough_after_ms, passthrough_in_time). Sample i was captured at index
+        # i - FrontEnd.lag_at(i): the trace's times are taken there (_captured_at).
         # Played once at start so AEC3 learns the loudspeaker's echo path before anyone talks (audio/tone.py).
         self._ready_tone = (ready_tone(sink.rate, options.frontend.ready_tone_ms, options.frontend.ready_tone_db)
                             if self._frontend is not None and self._frontend.cancels_echo else None)
@@ -242,7 +242,7 @@ class Loop:
     def _step(self) -> None:
         first, n = self.source.ring.read_into(self._hop)
         if self._frontend is not None:
-            self._frontend.process(first, self._hop[:n])
+            self._frontend.process(first, self._hop[:n], speaking=self._current is not None)
         self.history.write(first, self._hop[:n])
         self.hops += 1
         for o in self.observers:
@@ -274,7 +274,7 @@ class Loop:
                 start = noisy_start(self.history, start, opened, now, self.endpointer.previous_end,
                                     self.options.noisy_preroll)
             tr = UtteranceTrace(self._count, start_sample=start)
-            tr.stamp("speech_start", clock.ns(start - self._lag))
+            tr.stamp("speech_start", clock.ns(self._captured_at(start)))
             self._current = _Utterance(tr, next_partial=start + int(self.options.min_partial_s * SAMPLE_RATE))
             self._barge_in()
             return
@@ -286,7 +286,7 @@ class Loop:
             return
         tr = utt.trace
         tr.end_sample = event.sample
-        tr.stamp("speech_end", clock.ns(event.sample - self._lag))
+        tr.stamp("speech_end", clock.ns(self._captured_at(event.sample)))
         tr.stamp("end_detected", clock.now_ns())
         tr.end_reason = event.reason
         lag = self._capture_lag_s()
@@ -696,6 +696,10 @@ class Loop:
             self.resaid += 1
             self._stop_speech("stop", "resaid: its translation was spoken with the next utterance's")
         self._speech.resume()
+
+    def _captured_at(self, sample: int) -> int:
+        """The capture index of the loop's sample ``sample`` (the front end hands some audio back late)."""
+        return sample - (self._frontend.lag_at(sample) if self._frontend is not None else 0)
 
     def _capture_lag_s(self) -> float:
         """Seconds of captured audio the worker has not read yet."""

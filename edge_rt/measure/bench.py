@@ -293,12 +293,12 @@ class LiveRun:
 
 # In loudspeaker mode a clip starts this long after the loop (its ready tone, 0.5 s, then quiet): a kiosk's service
 # has started before anyone talks to it. A headset run compared with it (`bench --loudspeaker`, tools/loop_ab.py)
-# gets the same lead of silence, and the loudspeaker run's lead is shorter by the front end's lag (run_clip): the front
-# end hands out the capture `lag` samples late, so the VAD frames the clip as in the headset run (its 512-sample frames
-# over the same samples of the clip, after as much silence) and, where nothing played, the two runs hear the same
-# audio; they differ by the mode, not by where the frames fall (with 1.0 s for the loudspeaker run and none for the
-# headset's, fr_fleurs_test_000's utterance opened 384 samples later than the headset's with nothing played, and its
-# transcript differed).
+# gets the same lead of silence, and the loudspeaker run's lead is shorter by the stream's lag where nothing of ours
+# plays (run_clip; FrontEndOptions.passing_lag: 0 since the capture passes through in time, else the front end's lag),
+# so the VAD frames the clip as in the headset run (its 512-sample frames over the same samples of the clip, after as
+# much silence) and, where nothing played, the two runs hear the same audio; they differ by the mode, not by where the
+# frames fall (with 1.0 s for the loudspeaker run and none for the headset's, fr_fleurs_test_000's utterance opened 384
+# samples later than the headset's with nothing played, and its transcript differed).
 LOUDSPEAKER_LEAD = 32 * VAD_FRAME  # 1.024 s
 
 
@@ -309,7 +309,7 @@ def run_clip(stages: Stages, audio: np.ndarray, options: LoopOptions, tail_s: fl
     ``room``: that lead and the ``tail_s`` after the clip are the clip's own room tone, not digital silence."""
     if lead is None:
         lead = options.frontend is not None
-    silence = LOUDSPEAKER_LEAD - (options.frontend.lag if options.frontend is not None else 0) if lead else 0
+    silence = LOUDSPEAKER_LEAD - (options.frontend.passing_lag if options.frontend is not None else 0) if lead else 0
     if room:
         rng = np.random.default_rng(0)
         fill = lambda n: room_tone(audio, n, PauseOptions(), rng)[0] if n else np.zeros(0, np.float32)  # noqa: E731

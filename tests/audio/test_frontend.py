@@ -100,9 +100,10 @@ def test_options_are_validated():
             FrontEndOptions(reference_floor_dbfs=level)
 
 
-def _frontend_run(near: np.ndarray, sink: RingSink, options: FrontEndOptions = FrontEndOptions()):
+def _frontend_run(near: np.ndarray, sink: RingSink, options: FrontEndOptions = FrontEndOptions(), speaking=None):
     """``near`` through a front end whose reference is ``sink``'s tap (16 kHz, played OUT_LATENCY ahead of the
-    worker); returns the front end's output (lag samples late), each hop's echo, held and passed flags, the front end."""
+    worker); returns the front end's output (processed: lag samples late), each hop's echo, held and passed flags, the
+    front end. ``speaking(first)``: whether an utterance is open at the hop from ``first`` (None: never)."""
     clock = CaptureClock()
     clock.anchor(0, T0)
     fe = FrontEnd.for_loop(options, clock, sink)
@@ -113,7 +114,7 @@ def _frontend_run(near: np.ndarray, sink: RingSink, options: FrontEndOptions = F
             sink.consume(buf, T0 + consumed * 1_000_000_000 // SAMPLE_RATE)
             consumed += len(buf)
         hop = near[first : first + VAD_FRAME].copy()
-        fe.process(first, hop)
+        fe.process(first, hop, speaking=bool(speaking and speaking(first)))
         out[first : first + VAD_FRAME] = hop
         for k, v in flags.items():
             v.append(getattr(fe, k))
@@ -139,28 +140,34 @@ def test_echo_cancellation_passes_clean_speech_aec3_lag_later(speech_dir):
     assert abs(_db(y[seg.start + lag : seg.stop + lag]) - _db(x[seg])) < 1.0
 
 
-def test_where_nothing_was_played_the_capture_passes_through_as_late_as_the_output(speech_dir):
-    """Nothing played: the front end hands out the capture itself, exactly ``lag`` samples late (the VAD and Whisper
-    hear what a headset gives them); not with passthrough off, nor with noise suppression on (meant for Whisper)."""
+def test_where_nothing_was_played_the_capture_passes_through_as_it_comes(speech_dir):
+    """Nothing played: the front end hands out the capture itself, as it comes (the VAD and Whisper hear what a
+    headset gives them, when it gives it), or exactly ``lag`` samples late with ``passthrough_in_time`` off; not with
+    passthrough off, nor with noise suppression on (meant for Whisper)."""
     x = read_audio(speech_dir / "en_jfk.wav")[: 3 * SAMPLE_RATE]
     lag = DELAY + AEC3_LAG
     assert FrontEndOptions().lag == lag and FrontEndOptions(echo_cancellation=False).lag == DELAY
+    assert FrontEndOptions().passing_lag == 0 and FrontEndOptions(passthrough_in_time=False).passing_lag == lag
     m = len(x) // VAD_FRAME * VAD_FRAME  # the whole hops processed
-    y, _ = _run_with_sink(x, RingSink(SAMPLE_RATE))
+    y, _, fe = _frontend_run(x, RingSink(SAMPLE_RATE))
+    np.testing.assert_array_equal(y[:m], x[:m])
+    assert fe.passed_hops == fe.hops and fe.switches == 0 and fe.lag_at(0) == fe.lag_at(m) == 0
+    y, _, fe = _frontend_run(x, RingSink(SAMPLE_RATE), FrontEndOptions(passthrough_in_time=False))
     np.testing.assert_array_equal(y[:lag], 0)
     np.testing.assert_array_equal(y[lag:m], x[: m - lag])
+    assert fe.passed_hops == fe.hops and fe.lag_at(m) == lag
     for options in (FrontEndOptions(passthrough_after_ms=None), FrontEndOptions(noise_suppression=True)):
+        assert options.passing_lag == lag
         y, _ = _run_with_sink(x, RingSink(SAMPLE_RATE), options)
         assert np.abs(y[lag:m] - x[: m - lag]).max() > 0.01, options  # AEC3 and the high-pass change the waveform
     with pytest.raises(ValueError, match="passthrough_after_ms"):
         FrontEndOptions(passthrough_after_ms=-1)
 
 
-def test_passthrough_stops_before_our_speech_is_heard_and_resumes_after_it(speech_dir):
-    """1 s of quiet, then en_jfk played and heard 6 dB down, 40 ms late, then a person 1 s after it. The capture
-    passes through until the first hop whose reference carries our speech (before its echo reaches the microphone),
-    AEC3's output is handed out while it plays and for ``passthrough_after_ms`` after it, then the capture again:
-    the person comes out as captured."""
+def _played_then_a_person(speech_dir):
+    """1 s of quiet, en_jfk played (4 s) and heard 6 dB down, 40 ms late, a person 1 s after it: (capture, a sink
+    holding what it plays, the played speech, the capture indices it is played at, the echo's delay, where the person
+    starts, the person)."""
     far16 = read_audio(speech_dir / "en_jfk.wav")[: 4 * SAMPLE_RATE]
     person = read_audio(speech_dir / "en_librispeech_1089-134686-0000.wav")[: 2 * SAMPLE_RATE]
     sink = RingSink(SAMPLE_RATE, capacity=1 << 20)
@@ -172,10 +179,21 @@ def test_passthrough_stops_before_our_speech_is_heard_and_resumes_after_it(speec
     near = np.zeros(p0 + len(person), np.float32)
     near[played.start + d : played.stop + d] += 0.5 * far16
     near[p0:] += person
-    options = FrontEndOptions()
+    return near, sink, far16, played, d, p0, person
+
+
+@pytest.mark.parametrize("in_time", [True, False])
+def test_passthrough_stops_before_our_speech_is_heard_and_resumes_after_it(speech_dir, in_time):
+    """1 s of quiet, then en_jfk played and heard 6 dB down, 40 ms late, then a person 1 s after it. The capture
+    passes through until the first hop whose reference carries our speech (before its echo reaches the microphone),
+    AEC3's output is handed out while it plays and for ``passthrough_after_ms`` after it, then the capture again:
+    the person comes out as captured (as it comes, or ``lag`` samples late without ``passthrough_in_time``)."""
+    near, sink, far16, played, d, p0, person = _played_then_a_person(speech_dir)
+    options = FrontEndOptions(passthrough_in_time=in_time)
     out, flags, fe = _frontend_run(near, sink, options)
     passed = flags["passed"]
     lag = options.lag
+    late_by = 0 if in_time else lag  # where the capture passes through
     far = np.zeros(len(near))
     far[played] = far16
     sounding = np.flatnonzero([np.mean(far[i : i + VAD_FRAME] ** 2) > 1e-8 for i in range(0, len(near), VAD_FRAME)])
@@ -184,14 +202,49 @@ def test_passthrough_stops_before_our_speech_is_heard_and_resumes_after_it(speec
     # the last hop passed through ends, in the capture, before the first sample of our speech, so before its echo
     assert first_hop * VAD_FRAME - lag <= np.flatnonzero(far)[0] + d
     assert fe.far_until == (last_hop + 1) * VAD_FRAME
-    back = -(-(fe.far_until + options.passthrough_after_ms * SAMPLE_RATE // 1000 + lag) // VAD_FRAME)
+    back = -(-(fe.far_until + options.passthrough_after_ms * SAMPLE_RATE // 1000 + late_by) // VAD_FRAME)
     assert not passed[last_hop : back].any() and passed[back:].all() and back * VAD_FRAME < p0
     m = len(near) // VAD_FRAME * VAD_FRAME  # the whole hops processed
-    np.testing.assert_array_equal(out[p0 + lag : m], person[: m - p0 - lag])
+    np.testing.assert_array_equal(out[p0 + late_by : m], person[: m - p0 - late_by])
     assert fe.passed_hops == int(passed.sum())
+    # the stream's lag at each output index: lag while processed, else late_by; each change remembered
+    assert [fe.lag_at(i) for i in (0, first_hop * VAD_FRAME - 1, first_hop * VAD_FRAME, back * VAD_FRAME - 1,
+                                    back * VAD_FRAME, m)] == [late_by, late_by, lag, lag, late_by, late_by]
+    assert fe.switches == (2 if in_time else 0)
     # while we play, AEC3's output: the echo taken down
     late = slice(played.start + 3 * SAMPLE_RATE, played.stop)
     assert _db(near[late]) - _db(out[late.start + lag : late.stop + lag]) >= 20
+
+
+def test_the_capture_passes_through_in_time_again_only_once_no_utterance_is_open(speech_dir):
+    """The same scene, with an utterance open from the end of our speech until the person's second word: AEC3's output
+    is handed out until it closes (the pass-through would leave ``lag`` samples of it out), then the capture, as it
+    comes, with no hop passed through while it was open."""
+    near, sink, far16, played, d, p0, person = _played_then_a_person(speech_dir)
+    talk = (played.stop, p0 + SAMPLE_RATE // 2)
+    out, flags, fe = _frontend_run(near, sink, speaking=lambda first: talk[0] <= first < talk[1])
+    passed, lag = flags["passed"], fe.lag
+    back = -(-talk[1] // VAD_FRAME)  # the first hop after the utterance
+    assert not passed[played.stop // VAD_FRAME : back].any() and passed[back:].all()
+    m = len(near) // VAD_FRAME * VAD_FRAME
+    np.testing.assert_array_equal(out[back * VAD_FRAME : m], near[back * VAD_FRAME : m])
+    assert fe.lag_at(back * VAD_FRAME - 1) == lag and fe.lag_at(back * VAD_FRAME) == 0 and fe.switches == 2
+
+
+def test_lag_at_remembers_the_last_changes_and_the_lag_before_them():
+    """:meth:`FrontEnd.lag_at` over more changes of the stream's lag than it keeps: exact for the last 64, and before
+    them the lag the oldest kept one left."""
+    pytest.importorskip("pywebrtc_audio", reason="pip install pywebrtc-audio==0.2.0 (a dependency of edge-rt)")
+    clock = CaptureClock()
+    clock.anchor(0, T0)
+    fe = FrontEnd.for_loop(FrontEndOptions(), clock, RingSink(SAMPLE_RATE))
+    lag = fe.lag
+    assert fe.lag_at(0) == 0
+    for k in range(1, 101):  # processed from hop 10k on for odd k, passed through for even k
+        fe._note_lag(10 * k * VAD_FRAME, lag if k % 2 else 0)
+    assert fe.switches == 100
+    assert [fe.lag_at(10 * k * VAD_FRAME + 5) for k in (99, 98, 37, 36)] == [lag, 0, lag, 0]
+    assert fe.lag_at(0) == fe.lag_at(10 * 36 * VAD_FRAME + 5) == 0  # before the oldest kept (hop 370): hop 360's
 
 
 def test_echo_gate_marks_our_residual_echo_and_never_a_talker_after_it(speech_dir):

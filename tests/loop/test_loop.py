@@ -631,35 +631,43 @@ SILENCE_S = 2
 
 
 def test_where_nothing_was_played_loudspeaker_mode_hears_what_a_headset_does(stages, speech_dir):
-    """The front end hands out the capture itself, ``lag`` samples late, where nothing of ours played
-    (FrontEndOptions.passthrough_after_ms), and the loop's sample indices are its output's: the VAD and every decode
-    read the same history. A clip after LEAD - lag samples of silence in loudspeaker mode gives the utterances a
-    headset gives after LEAD samples: at the same indices, decoded from the same audio, with the same words; the
-    trace's times are when that audio was captured, ``lag`` samples earlier. Without the passthrough the decodes hear
-    AEC3's and the high-pass's audio (until 2026-12-06 they sliced ``lag`` samples on, a word's end they had not
-    framed: that and the high-pass moved Whisper's end mark and held clean clips to max_pause)."""
+    """The front end hands out the capture itself, as it comes (or ``lag`` samples late without
+    ``passthrough_in_time``), where nothing of ours played (FrontEndOptions.passthrough_after_ms), and the loop's sample
+    indices are its output's: the VAD and every decode read the same history. A clip after LEAD - passing_lag samples
+    of silence in loudspeaker mode gives the utterances a headset gives after LEAD samples: at the same indices, decoded
+    from the same audio, with the same words; the trace's times are when that audio was captured, ``passing_lag``
+    samples earlier. Without the passthrough the decodes hear AEC3's and the high-pass's audio (until 2026-12-06 they
+    sliced ``lag`` samples on, a word's end they had not framed: that and the high-pass moved Whisper's end mark and
+    held clean clips to max_pause)."""
     from edge_rt.audio.frontend import FrontEndOptions
     from edge_rt.audio.sinks import RingSink
 
     pytest.importorskip("pywebrtc_audio", reason="pip install pywebrtc-audio==0.2.0 (a dependency of edge-rt)")
     clip = read_audio(speech_dir / "en_librispeech_1089-134686-0001.wav")
-    lead, lag = 32 * 512, FrontEndOptions().lag
+    lead = 32 * 512
     runs = {}
     for name, fe in (("headset", None), ("loudspeaker", FrontEndOptions()),
+                     ("late", FrontEndOptions(passthrough_in_time=False)),
                      ("no passthrough", FrontEndOptions(passthrough_after_ms=None))):
-        audio = np.concatenate([np.zeros(lead - (fe.lag if fe else 0), np.float32), clip])
+        audio = np.concatenate([np.zeros(lead - (fe.passing_lag if fe else 0), np.float32), clip])
         # a sink nobody drains: its tap (AEC3's far end) records nothing, so nothing is played
         loop = Loop(stages, FastFileSource(audio), RingSink(22050), LoopOptions(target="pt", frontend=fe))
         runs[name] = (loop, list(loop.run()))
-    (headset, want), (loud, got) = runs["headset"], runs["loudspeaker"]
-    assert want and [(t.start_sample, t.end_sample, t.end_reason, t.text) for t in got] == [
-        (t.start_sample, t.end_sample, t.end_reason, t.text) for t in want]
-    for t in want:
-        np.testing.assert_array_equal(loud._heard(t.start_sample, t.end_sample), headset._heard(t.start_sample, t.end_sample))
-    for t in got:
-        assert t.t_ns["speech_end"] == loud.source.clock.ns(t.end_sample - lag)
-        assert t.t_ns["speech_start"] == loud.source.clock.ns(t.start_sample - lag)
-    assert loud._frontend.passed_hops == loud._frontend.hops
+    assert FrontEndOptions().passing_lag == 0 and FrontEndOptions(passthrough_in_time=False).passing_lag > 0
+    headset, want = runs["headset"]
+    assert want
+    for name in ("loudspeaker", "late"):
+        loud, got = runs[name]
+        lag = loud.options.frontend.passing_lag
+        assert [(t.start_sample, t.end_sample, t.end_reason, t.text) for t in got] == [
+            (t.start_sample, t.end_sample, t.end_reason, t.text) for t in want], name
+        for t in want:
+            np.testing.assert_array_equal(loud._heard(t.start_sample, t.end_sample),
+                                          headset._heard(t.start_sample, t.end_sample))
+        for t in got:
+            assert t.t_ns["speech_end"] == loud.source.clock.ns(t.end_sample - lag)
+            assert t.t_ns["speech_start"] == loud.source.clock.ns(t.start_sample - lag)
+        assert loud._frontend.passed_hops == loud._frontend.hops
     other = runs["no passthrough"][0]
     a, b = want[0].start_sample, want[0].end_sample
     assert np.abs(other._heard(a, b) - headset._heard(a, b)).max() > 0.01
