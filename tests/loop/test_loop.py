@@ -608,8 +608,8 @@ def test_the_vad_hears_silence_where_the_front_end_hears_our_own_voice(stages, s
     loop = Loop(spied, FastFileSource(audio), RingSink(22050), LoopOptions(target="pt", frontend=FrontEndOptions()))
     fe, process = loop._frontend, loop._frontend.process
 
-    def ours_first(first, hop):
-        process(first, hop)
+    def ours_first(first, hop, speaking=False):
+        process(first, hop, speaking=speaking)
         fe.echo = first < ours * 512
 
     fe.process = ours_first
