@@ -11,7 +11,8 @@ delay of :data:`DELAY` samples (10 ms), so every hop gets exactly as many proces
 The cleaned audio is 10 ms later than the capture, 18 ms with echo cancellation on (AEC3 itself delays it by
 :data:`AEC3_LAG`: measured, tests/audio): :attr:`FrontEnd.lag`. The loop's sample indices are the output's: the VAD,
 the endpointer and every decode read the same history (a decode hears what the VAD framed), and the trace's times
-are taken ``lag`` samples earlier, when that audio was captured.
+are taken :meth:`FrontEnd.lag_at` samples earlier (``lag`` while cleaned, 0 while passed through in time), when that
+audio was captured.
 
 Pass-through: where nothing of ours can be in the capture (the far end silent for ``passthrough_after_ms``), the
 front end hands out the capture itself, as it comes (``passthrough_in_time``), so the VAD, the endpointer and
