@@ -270,10 +270,9 @@ class FrontEnd:
         self._converged_hops = int(options.converging_s * 1000 / VAD_FRAME_MS)
         self._not_echo_run = 0
         self.held = False  # the last hop may be a talker but AEC3 has not converged: do not open on it yet
-        # Passing the capture through where nothing of ours played (FrontEndOptions.passthrough_after_ms): the last
-        # `lag` captured samples (the delay line), one past the capture index of the last hop whose far end carried
-        # sound (None: none yet), and how many hops were handed out as captured.
-        self._raw = np.zeros(options.lag + VAD_FRAME, np.float32)
+        # Passing the capture through where nothing of ours played (FrontEndOptions.passthrough_after_ms): one past
+        # the capture index of the last hop whose far end carried sound (None: none yet), and how many hops were handed
+        # out as captured.
         self._pass_after = (None if options.passthrough_after_ms is None or far is None or options.noise_suppression
                             else options.passthrough_after_ms * SAMPLE_RATE // 1000)
         self.far_until: int | None = None
@@ -286,6 +285,8 @@ class FrontEnd:
         self._switch_at = np.zeros(_SWITCHES, np.int64)
         self._switch_lag = np.zeros(_SWITCHES, np.int64)
         self.switches = 0
+        # passthrough_in_time False: the last `lag` captured samples (the delay line the pass-through is read from)
+        self._raw = None if self._in_time else np.zeros(options.lag + VAD_FRAME, np.float32)
         # The reference's floor (FrontEndOptions.reference_floor_dbfs): fixed noise, added to what AEC3 is given only
         # (the echo gate and the passthrough read the far end as played), and the time spent processing.
         self._floor = None
@@ -352,7 +353,6 @@ class FrontEnd:
         n, p = len(hop), self._pending
         self._near[p : p + n] = hop
         lag = self.options.lag
-        self._raw[lag : lag + n] = hop
         if self._far is not None:
             ref = self._ref[p : p + n]
             self._far.read(self._clock.ns(first), ref)
@@ -381,11 +381,12 @@ class FrontEnd:
                 hop[:] = self._out[:n]
             self._note_lag(first, 0 if self.passed else lag)
         else:  # as late as the output: the delay line holds capture [first - lag, first + n)
+            self._raw[lag : lag + n] = hop
             self.passed = self._pass_after is not None and (self.far_until is None
                                                             or self.far_until + self._pass_after <= first - lag)
             hop[:] = self._raw[:n] if self.passed else self._out[:n]
+            self._raw[:lag] = self._raw[n : n + lag]
         self.passed_hops += self.passed
-        self._raw[:lag] = self._raw[n : n + lag]
         self._out[: self._ready - n] = self._out[n : self._ready]
         self._ready -= n
         self.hops += 1
