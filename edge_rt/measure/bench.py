@@ -470,14 +470,15 @@ def _loudspeaker_run(stages, options: BenchOptions, inputs: tuple[np.ndarray, in
 
 
 def _peer_echo(peer, options: BenchOptions, inputs: tuple[np.ndarray, int, LoopOptions],
-               listens_while_speaking: bool = True) -> dict:
+               listens_while_speaking: bool = True, replies: dict | None = None) -> dict:
     """The package stack on the clip beside the loudspeaker run's loudspeaker (bench --loudspeaker --peer); with
-    ``listens_while_speaking`` False, the same stack muting its microphone while it speaks (half duplex)."""
+    ``listens_while_speaking`` False, the same stack muting its microphone while it speaks (half duplex). ``replies``:
+    shared by the clip's two runs, so the stretch both hear alike is answered once (peer_echo_run)."""
     from edge_rt.measure.peer_echo import own_voice_turns, peer_echo_run, peer_turn_ms
 
     audio, end, loop_opts = inputs
     turns = peer_echo_run(peer, audio, end, loop_opts.target, options.loudspeaker_echo, LOUDSPEAKER_LEAD,
-                          options.loudspeaker_tail_s, listens_while_speaking=listens_while_speaking)
+                          options.loudspeaker_tail_s, listens_while_speaking=listens_while_speaking, replies=replies)
     return {"turn_ms": peer_turn_ms(turns, LOUDSPEAKER_LEAD, end),
             "own_voice": [t.said for t in own_voice_turns(turns)],
             "text": " ".join(t.heard for t in turns if not t.own_voice).strip(),
@@ -543,8 +544,10 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
                              "frontend_ms_per_hop": run.frontend_ms_per_hop,
                              "own_voice": [t.text or t.translation for t in run.own_voice(end)]}
             if peer is not None:  # the package stack beside the same loudspeaker, as long (peer_echo.py)
-                loud[c["id"]]["peer"] = _peer_echo(peer, options, inp)
-                loud[c["id"]]["peer_half_duplex"] = _peer_echo(peer, options, inp, listens_while_speaking=False)
+                replies: dict = {}  # the clip as heard before either stack spoke: decoded once for both
+                loud[c["id"]]["peer"] = _peer_echo(peer, options, inp, replies=replies)
+                loud[c["id"]]["peer_half_duplex"] = _peer_echo(peer, options, inp, listens_while_speaking=False,
+                                                               replies=replies)
     wall = time.perf_counter() - wall0
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)

@@ -23,6 +23,8 @@ reverberation. Replies past the window are not heard back, so the count of its o
 
 from __future__ import annotations
 
+import hashlib
+
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -54,13 +56,18 @@ class PeerEchoTurn:
 
 
 def peer_echo_run(peer, clip: np.ndarray, end: int, target: str, echo: EchoPath | None, lead: int,
-                  window_s: float, max_turns: int = 8, listens_while_speaking: bool = True) -> list[PeerEchoTurn]:
+                  window_s: float, max_turns: int = 8, listens_while_speaking: bool = True,
+                  replies: dict | None = None) -> list[PeerEchoTurn]:
     """The package stack ``peer`` (:class:`~edge_rt.measure.peer.PeerStack`) on ``clip`` (float32 16 kHz) after
     ``lead`` samples of silence and before ``window_s`` s more, its replies heard back through ``echo`` (None: a
     headset, nothing heard back). ``end``: the clip's last speech sample (the bench's oracle end).
 
     ``listens_while_speaking`` False: the stack a user builds once it has heard itself, which mutes its microphone
-    while it speaks (half duplex): it hears no echo, nor what anyone says until its speech (and its echo) ended."""
+    while it speaks (half duplex): it hears no echo, nor what anyone says until its speech (and its echo) ended.
+
+    ``replies``: the stack's replies by the stretch they answer (its audio and ``target``), shared between runs on
+    the same clip: a stretch heard alike in both (the clip itself, before anything of the stack's played) is decoded,
+    translated and synthesized once, and its measured compute time is reused."""
     from faster_whisper.vad import VadOptions, get_speech_timestamps
 
     vad = VadOptions()
@@ -81,7 +88,13 @@ def peer_echo_run(peer, clip: np.ndarray, end: int, target: str, echo: EchoPath 
         cut = stop - pad + quiet  # its last speech (the padded end, unpadded) + the silence the VAD waits for
         if cut > len(mic):  # not over within the window
             break
-        reply = peer.reply(mic[start:stop].copy(), target)
+        stretch = mic[start:stop].copy()
+        key = (target, hashlib.sha256(stretch.tobytes()).digest())
+        reply = replies.get(key) if replies is not None else None
+        if reply is None:
+            reply = peer.reply(stretch, target)
+            if replies is not None:
+                replies[key] = reply
         busy = max(cut, busy) + int(reply.compute_ms * SAMPLE_RATE / 1000)
         played: int | None = max(busy, playing)
         if len(reply.audio) and played < len(mic):

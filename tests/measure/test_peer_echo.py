@@ -35,15 +35,20 @@ def test_the_package_stack_beside_a_loudspeaker_translates_its_own_voice(default
     # before the bench's oracle end on this clip), plus its compute
     assert first.cut > LOUDSPEAKER_LEAD + end + 1.5 * SAMPLE_RATE and first.played > first.cut
     assert peer_turn_ms(headset, LOUDSPEAKER_LEAD, end) == (first.played - LOUDSPEAKER_LEAD - end) * 1000 / SAMPLE_RATE
-    loud = peer_echo_run(peer, clip, end, "en", EchoPath(), LOUDSPEAKER_LEAD, 12.0)
+    replies: dict = {}
+    loud = peer_echo_run(peer, clip, end, "en", EchoPath(), LOUDSPEAKER_LEAD, 12.0, replies=replies)
     assert loud[0].said == first.said  # the clip itself is answered as with a headset (nothing played before it)
     mine = own_voice_turns(loud)
     assert mine, [t.as_dict() for t in loud]
     # the stretch it answered began where its own reply came back: after the clip, at its reply's first sound
     assert mine[0].start + 400 * SAMPLE_RATE // 1000 >= loud[0].played
     # muting its microphone while it speaks (half duplex), it answers the clip and hears nothing of itself
-    half = peer_echo_run(peer, clip, end, "en", EchoPath(), LOUDSPEAKER_LEAD, 12.0, listens_while_speaking=False)
+    answered = len(replies)
+    assert answered == len(loud)  # every stretch it heard was a different one
+    half = peer_echo_run(peer, clip, end, "en", EchoPath(), LOUDSPEAKER_LEAD, 12.0, listens_while_speaking=False,
+                         replies=replies)
     assert [t.said for t in half] == [first.said] and own_voice_turns(half) == []
+    assert len(replies) == answered  # the clip, heard alike in both runs, was not decoded again
 
 
 def test_the_loop_s_own_voice_is_what_it_translated_after_the_clip_s_last_speech():
