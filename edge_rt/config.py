@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from edge_rt.errors import EdgeRtError
-from edge_rt.loop.preroll import NoisyPrerollOptions
+from edge_rt.loop.preroll import NoisyPrerollOptions, SoundStartOptions
 from edge_rt.loop.redecode import RedecodeOptions
 from edge_rt.loop.split import SplitOptions
 from edge_rt.loop.turn_policy import TurnOptions
@@ -89,6 +89,9 @@ class LoopConfig:
     # An utterance whose opening speech stands less than this many dB over the second before it starts further
     # back (LoopOptions.noisy_preroll); 0 = never.
     noisy_preroll_below: float = NoisyPrerollOptions.below_db
+    # Out of a quiet room, an utterance whose pre-roll starts inside a sound this many dB over the room's floor starts
+    # where the sound does (LoopOptions.sound_start); 0 = never.
+    sound_start_above: float = SoundStartOptions.above_db
     # A run of this many words or more that Whisper wrote twice in a row is said once (LoopOptions.repeat_words);
     # 0 = say what Whisper wrote.
     repeat_words: int = 3
@@ -304,6 +307,8 @@ _RULES = {
              "redecode_below": lambda v: None if v is None or -5 <= v <= 0 else "must be between -5 and 0 (0: off)",
              "split_below": lambda v: None if v is None or 0 <= v <= 20 else "must be between 0 and 20 (0: off)",
              "noisy_preroll_below": lambda v: None if v is None or 0 <= v <= 60 else "must be between 0 and 60 dB (0: off)",
+             "sound_start_above": lambda v: (None if v is None or 0 <= v <= 60
+                                             else "must be between 0 and 60 dB (0: off)"),
              "repeat_words": _int_range(0, 50, " words (0: off)"),
              "lend_within_s": lambda v: None if v is None or 0 <= v <= 5 else "must be between 0 and 5 s (0: off)"},
     "record": {"dir": check_dir, "flight_s": lambda v: None if v is None or 1 <= v <= 60 else "must be between 1 and 60 s",

@@ -17,7 +17,7 @@ from edge_rt.audio.sources import FastFileSource
 from edge_rt.loop.endpoint import EndpointOptions
 from edge_rt.loop.loop import Loop, LoopOptions
 from edge_rt.loop.options import RedecodeOptions, SplitOptions
-from edge_rt.loop.preroll import NoisyPrerollOptions
+from edge_rt.loop.preroll import NoisyPrerollOptions, SoundStartOptions
 from edge_rt.loop.stages import Stages
 from edge_rt.loop.trace import UtteranceTrace
 from edge_rt.loop.turn_policy import TurnOptions
@@ -38,6 +38,8 @@ class TranslateOptions:
     split: SplitOptions | None = field(default_factory=SplitOptions)
     # as LoopOptions.noisy_preroll: an utterance that opens out of noise starts further back (None: never)
     noisy_preroll: NoisyPrerollOptions | None = field(default_factory=NoisyPrerollOptions)
+    # as LoopOptions.sound_start: out of a quiet room, a pre-roll never starts inside a sound (None: never)
+    sound_start: SoundStartOptions | None = field(default_factory=SoundStartOptions)
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,8 @@ def translate_audio(stages: Stages, audio: np.ndarray, options: TranslateOptions
                                                   endpoint=options.endpoint, partials=False,
                                                   turn=options.turn, beam_size=options.beam_size,
                                                   redecode=options.redecode, split=options.split,
-                                                  noisy_preroll=options.noisy_preroll))
+                                                  noisy_preroll=options.noisy_preroll,
+                                                  sound_start=options.sound_start))
     traces = loop.run()
     utts = [Utterance.from_trace(t) for t in traces if t.translation]
     return utts, sink.audio(min_seconds=len(audio) / SAMPLE_RATE), rate

@@ -243,6 +243,29 @@ def test_noisy_preroll_flag_is_parsed_on_every_loop_command_and_checked():
     _no_traceback(bad)
 
 
+def test_sound_start_flag_is_parsed_on_every_loop_command_and_checked():
+    """--sound-start DB|off sets LoopOptions.sound_start (default on at 10 dB) on translate, run, bench and eval
+    --noise; the service reads [loop] sound_start_above (0: off); a bad value is a named error (exit 2)."""
+    from edge_rt.cli import build_parser
+    from edge_rt.config import Config
+    from edge_rt.loop.options import LoopOptions
+    from edge_rt.loop.preroll import SoundStartOptions
+
+    parse = build_parser().parse_args
+    assert LoopOptions(target="pt").sound_start == SoundStartOptions() == parse(["run", "--to", "pt"]).sound_start
+    commands = (["translate", "x.wav", "--to", "pt"], ["run", "--to", "pt"], ["bench"], ["eval", "--noise"])
+    for command in commands:
+        assert parse([*command, "--sound-start", "15"]).sound_start == SoundStartOptions(above_db=15.0)
+        assert parse([*command, "--sound-start", "off"]).sound_start is None
+    assert Config.from_dict({"loop": {"sound_start_above": 0}}).loop.sound_start_above == 0
+    assert Config().loop.sound_start_above == SoundStartOptions.above_db
+    with pytest.raises(Exception, match="sound_start_above"):
+        Config.from_dict({"loop": {"sound_start_above": -1}})
+    bad = run_cli("translate", "x.wav", "--to", "pt", "--sound-start", "-3")
+    assert bad.returncode == 2 and "--sound-start takes off or a level in dB above 0" in bad.stderr, bad.stderr
+    _no_traceback(bad)
+
+
 def test_split_flag_is_parsed_on_every_loop_command_and_checked():
     """--split TOKENS_PER_S|off sets LoopOptions.split (default SplitOptions(): on at 1.2) on translate, run, bench
     and eval --noise; the service reads [loop] split_below (0: off); a bad value is a named error (exit 2)."""

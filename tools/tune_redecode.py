@@ -136,6 +136,18 @@ def hesitate(speech: np.ndarray, seconds: float) -> np.ndarray:
     return insert_pauses(speech, [at], [np.zeros(int(seconds * SR), np.float32)])[0]
 
 
+def soft_onset(speech: np.ndarray, seconds: float) -> np.ndarray:
+    """``speech`` with its first ``seconds`` of sound (from its first 20-ms frame within 40 dB of its loudest) faded
+    in from -30 dB, linearly in dB: a first word said softly."""
+    level = frame_rms(speech)
+    loud = np.flatnonzero(level > level.max() * 0.01)
+    at = int(loud[0]) * (SR // 50) if len(loud) else 0
+    n = min(int(seconds * SR), len(speech) - at)
+    out = speech.copy()
+    out[at: at + n] *= (10 ** (np.linspace(-30.0, 0.0, n) / 20)).astype(np.float32)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--items", type=int, default=40, help="speech items (and one babble-alone item per 8)")
@@ -144,12 +156,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hesitate", type=float, default=0.0, metavar="S",
                    help="insert S seconds of silence into every sentence at its quietest 20 ms in the middle third "
                         "(a speaker searching for a word; the noise runs through it); 0: none")
+    p.add_argument("--room", action="store_true",
+                   help="every item clean speech over a room's floor (pink noise at -66 to -50 dBFS, drawn from a "
+                        "generator of its own) instead of the noise conditions and digital silence")
+    p.add_argument("--soft-onset", type=float, default=0.0, metavar="S",
+                   help="the sentence's first S seconds of sound faded in from -30 dB (a soft first word, which the "
+                        "VAD scores low and opens late on); 0: as spoken")
     p.add_argument("--candidates", default=CANDIDATES,
                    help="comma-separated: off (greedy), beam (a beam of 5 always), or a log-probability limit "
                         "[:repeat_words[:min_kept]]")
     args = p.parse_args(argv)
     talkers, stages = talkers_and_stages(args.pack, args.seed)
     rng = talkers.rng
+    room_rng = np.random.default_rng(args.seed + 1)  # --room's floors: the sentences and voices stay the seed's
     items = []  # (condition, audio, reference or "")
     for i in range(args.items):
         at = int(rng.integers(len(talkers.sentences["en"])))  # drawn before the voice: --seed 53/59 as tuned
@@ -157,9 +176,14 @@ def main(argv: list[str] | None = None) -> int:
         sentence, speech = talkers.sentences["en"][at], talkers.speak("en", voice, at)
         if args.hesitate > 0:
             speech = hesitate(speech, args.hesitate)
+        if args.soft_onset > 0:
+            speech = soft_onset(speech, args.soft_onset)
         clean = np.concatenate([np.zeros(SR, np.float32), _at(speech, -26), np.zeros(SR, np.float32)])
         kind, snr = CONDITIONS[i % len(CONDITIONS)]
-        if snr is None:
+        if args.room:  # a room's floor under and around the speech: Silero after room tone, not digital silence
+            floor = _at(make_noise("pink", room_rng, len(clean)), room_rng.uniform(-66, -50))
+            items.append(("room", (clean + floor).astype(np.float32), sentence))
+        elif snr is None:
             items.append(("clean", clean, sentence))
         else:
             noise = (talkers.babble(4, len(clean), False) if kind == "babble"

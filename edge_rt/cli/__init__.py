@@ -9,7 +9,8 @@ from edge_rt.cli.measure import _cmd_bench, _cmd_eval, _cmd_selftest
 from edge_rt.cli.noise import add_noise_args
 from edge_rt.cli.ops import _cmd_doctor, _cmd_replay, _cmd_report, _cmd_serve
 from edge_rt.cli.speech import _cmd_devices, _cmd_run, _cmd_translate
-from edge_rt.cli.common import add_noisy_preroll_arg, add_paused_args, add_redecode_arg, add_split_arg, beam_size
+from edge_rt.cli.common import (add_noisy_preroll_arg, add_paused_args, add_redecode_arg, add_sound_start_arg,
+                               add_split_arg, beam_size)
 from edge_rt.errors import EdgeRtError
 
 
@@ -93,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_redecode_arg(t)
     add_split_arg(t)
     add_noisy_preroll_arg(t)
+    add_sound_start_arg(t)
     t.add_argument("--json", action="store_true", help="print utterances and output path as JSON")
     _add_turn_arg(t)
     _add_pack_args(t)
@@ -126,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_redecode_arg(r)
     add_split_arg(r)
     add_noisy_preroll_arg(r)
+    add_sound_start_arg(r)
     r.add_argument("--trace", default=None, help="append one JSON line per utterance to this file")
     r.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus /metrics on this port (0: off)")
     r.add_argument("--metrics-bind", default="127.0.0.1", help="address for /metrics (default 127.0.0.1)")
@@ -151,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_redecode_arg(b)
     add_split_arg(b)
     add_noisy_preroll_arg(b)
+    add_sound_start_arg(b)
     b.add_argument("--no-turn-policy", action="store_true",
                    help="end every pause at the plain hangover (no end-of-turn model, no holding through hesitations)")
     _add_turn_arg(b)

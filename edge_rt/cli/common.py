@@ -112,6 +112,28 @@ def add_noisy_preroll_arg(p) -> None:
                         f"noise the VAD opens late, inside the first word (README, Noise)")
 
 
+def sound_start(text: str):
+    """``--sound-start``: ``off``, or the dB over the room's floor of a sound an utterance's pre-roll should not cut
+    (LoopOptions.sound_start)."""
+    from edge_rt.loop.preroll import SoundStartOptions
+
+    return _off_or(text, "--sound-start", lambda v: SoundStartOptions(above_db=v),
+                   "a level in dB above 0, e.g. --sound-start 10")
+
+
+def add_sound_start_arg(p) -> None:
+    """--sound-start: where an utterance out of a quiet room starts when its pre-roll would cut a sound
+    (LoopOptions.sound_start)."""
+    from edge_rt.loop.preroll import SoundStartOptions
+
+    o = SoundStartOptions()
+    p.add_argument("--sound-start", type=sound_start, default=o, metavar="DB|off",
+                   help=f"out of a quiet room, start an utterance whose pre-roll begins inside a sound this many dB "
+                        f"over the room's floor where that sound begins, at most {o.max_ms} ms further back (default "
+                        f"{o.above_db:g}; off: never). The VAD scores a soft first sound (\"Stuff\") low and opens "
+                        f"late (README, Turn-taking)")
+
+
 def beam_size(text: str) -> int:
     """``--beam``: 1 (greedy) to 16 hypotheses."""
     try:

@@ -79,7 +79,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                         slowdown=os.environ.get("EDGE_RT_BENCH_SLOWDOWN", ""),  # test hook: measure/slowdown.py
                         speech_dir=Path(args.speech_dir) if args.speech_dir else None, paused=paused_options(args),
                         memory=args.memory, beam_size=args.beam, redecode=args.redecode, split=args.split,
-                        noisy_preroll=args.noisy_preroll, loudspeaker=args.loudspeaker, lead=args.lead, room_tone=args.room_tone,
+                        noisy_preroll=args.noisy_preroll, sound_start=args.sound_start,
+                        loudspeaker=args.loudspeaker, lead=args.lead, room_tone=args.room_tone,
                         loudspeaker_echo=None if args.no_echo else EchoPath(),
                         turn=_turn_options(args))
     result = bench(opts, log=log)

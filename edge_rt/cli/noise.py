@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from edge_rt.cli.common import (add_noisy_preroll_arg, add_paused_args, add_redecode_arg, add_split_arg, beam_size,
-                                paused_options)
+from edge_rt.cli.common import (add_noisy_preroll_arg, add_paused_args, add_redecode_arg, add_sound_start_arg,
+                                add_split_arg, beam_size, paused_options)
 from edge_rt.errors import EdgeRtError
 
 
@@ -35,6 +35,7 @@ def add_noise_args(e: argparse.ArgumentParser) -> None:
     add_redecode_arg(g)
     add_split_arg(g)
     add_noisy_preroll_arg(g)
+    add_sound_start_arg(g)
     add_paused_args(g, "hesitations in noise: mix and score, for the loop and the peer alike, the clips")
     e.set_defaults(precisions=None)  # --precisions: int8,fp32 for the plain eval, int8 with --noise
 
@@ -55,7 +56,7 @@ def cmd_eval_noise(args: argparse.Namespace, precision: str) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from edge_rt.loop.preroll import NoisyPrerollOptions
+    from edge_rt.loop.preroll import NoisyPrerollOptions, SoundStartOptions
     from edge_rt.loop.redecode import RedecodeOptions
     from edge_rt.loop.split import SplitOptions
     from edge_rt.measure.noise import NoiseOptions
@@ -77,7 +78,8 @@ def cmd_eval_noise(args: argparse.Namespace, precision: str) -> int:
                             + ((("redecode", args.redecode),) if args.redecode != RedecodeOptions() else ())
                             + ((("split", args.split),) if args.split != SplitOptions() else ())
                             + ((("noisy_preroll", args.noisy_preroll),)
-                               if args.noisy_preroll != NoisyPrerollOptions() else ()))
+                               if args.noisy_preroll != NoisyPrerollOptions() else ())
+                            + ((("sound_start", args.sound_start),) if args.sound_start != SoundStartOptions() else ()))
     console = Console(stderr=True)
     def log(r: dict) -> None:
         loop = r.get("loop") or {}

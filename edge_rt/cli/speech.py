@@ -42,7 +42,7 @@ def _cmd_translate(args: argparse.Namespace) -> int:
                                                                         languages=languages, beam_size=args.beam,
                                                                         redecode=args.redecode, split=args.split,
                                                                         noisy_preroll=args.noisy_preroll,
-                                                                        turn=turn))
+                                                                        sound_start=args.sound_start, turn=turn))
     write_audio(out, track, rate)
     run_s = time.perf_counter() - t1
     if args.json:
@@ -52,6 +52,7 @@ def _cmd_translate(args: argparse.Namespace) -> int:
                           "redecode": None if args.redecode is None else args.redecode.below_logprob,
                           "split": None if args.split is None else args.split.below_tokens_per_s,
                           "noisy_preroll": None if args.noisy_preroll is None else args.noisy_preroll.below_db,
+                          "sound_start": None if args.sound_start is None else args.sound_start.above_db,
                           "backend": {"name": pipe.backend.name, "reason": pipe.backend.reason}},
                          ensure_ascii=False, indent=2))
     else:
@@ -109,7 +110,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                           endpoint=EndpointOptions(hangover_ms=args.hangover_ms), turn=_turn_options(args),
                           barge_in=args.barge_in or "continue",
                           beam_size=args.beam, redecode=args.redecode, split=args.split,
-                          noisy_preroll=args.noisy_preroll)
+                          noisy_preroll=args.noisy_preroll, sound_start=args.sound_start)
     if args.loudspeaker:
         options = loudspeaker_mode(options, args.barge_in, ready_tone=not args.no_ready_tone)
     recording = None

@@ -43,7 +43,7 @@ from edge_rt.loop.context import Context
 from edge_rt.loop.catchup import speaking_rate
 from edge_rt.loop.pause_watch import PauseWatch, speech_level
 from edge_rt.loop.phrase_cache import PhraseCache
-from edge_rt.loop.preroll import noisy_start
+from edge_rt.loop.preroll import noisy_start, sound_start
 from edge_rt.loop.repeats import said_once
 from edge_rt.loop.recognize import Hypothesis, Resay, asr_task, level, recognize, route_task, with_first_clause
 from edge_rt.loop.stages import Stages
@@ -268,11 +268,14 @@ class Loop:
         if event.kind == "start":
             self._count += 1
             start = event.sample
+            now = self.history.end  # this hop's end: the VAD frames that opened the utterance end here
+            opened = max(start, now - self.options.endpoint.start_frames * VAD_FRAME)
             if self.options.noisy_preroll is not None:  # out of noise: further back (loop/preroll.py)
-                now = self.history.end  # this hop's end: the VAD frames that opened the utterance end here
-                opened = max(start, now - self.options.endpoint.start_frames * VAD_FRAME)
                 start = noisy_start(self.history, start, opened, now, self.endpointer.previous_end,
                                     self.options.noisy_preroll)
+            if self.options.sound_start is not None:  # out of quiet: where the sound starts (loop/preroll.py)
+                start = sound_start(self.history, start, opened, now, self.endpointer.previous_end,
+                                    self.options.sound_start)
             tr = UtteranceTrace(self._count, start_sample=start)
             tr.stamp("speech_start", clock.ns(self._captured_at(start)))
             self._current = _Utterance(tr, next_partial=start + int(self.options.min_partial_s * SAMPLE_RATE))

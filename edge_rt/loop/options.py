@@ -8,7 +8,7 @@ from edge_rt.audio.frontend import FrontEndOptions
 from edge_rt.loop.catchup import CatchUpOptions
 from edge_rt.loop.context import ContextOptions
 from edge_rt.loop.endpoint import EndpointOptions
-from edge_rt.loop.preroll import NoisyPrerollOptions
+from edge_rt.loop.preroll import NoisyPrerollOptions, SoundStartOptions
 from edge_rt.loop.foreground import ForegroundOptions
 from edge_rt.loop.overload import OverloadOptions
 from edge_rt.loop.turn_policy import TurnOptions
@@ -36,6 +36,14 @@ class LoopOptions:
     # at 15 dB; items empty 32 -> 23; clean items untouched (their 1 s before is digital silence), where 320 ms
     # for every utterance also gave 33.6 % but emptied en_fleurs_luna live.
     noisy_preroll: NoisyPrerollOptions | None = field(default_factory=NoisyPrerollOptions)
+    # Out of a quiet room, an utterance whose pre-roll starts inside a sound starts where that sound does
+    # (loop/preroll.py; at most max_ms further back). None: the endpointer's pre-roll always. Not tuned: generated
+    # speech gives it nothing to move (python tools/tune_redecode.py --items 40, and --room [--soft-onset 0.3]
+    # --items 60: 0 of 46, 67 and 67 starts), and on the tuning half of the real clips (tools/tune_turn.py's split,
+    # through `translate`) above_db 6, 10 and 15 change no word; 10 dB stands over a room's frame-to-frame spread
+    # (the real clips' room tone: loudest 20-ms frame 1.4-7 dB over the median in most). Built from a held-out
+    # clip's diagnosis (README, Turn-taking, "A soft first word"), so its gain there is not independent evidence.
+    sound_start: SoundStartOptions | None = field(default_factory=SoundStartOptions)
     partials: bool = True  # re-decode the growing utterance for live captions and the stable prefix
     partial_interval_ms: int = 960  # how often a partial is decoded
     # A partial being decoded is abandoned when the newest partial_stop_ms of capture are partial_stop_db

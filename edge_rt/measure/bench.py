@@ -45,7 +45,7 @@ from edge_rt.audio.sinks import PacedFileSink, PlaybackTap
 from edge_rt.audio.sources import PacedFileSource
 from edge_rt.loop.loop import Loop, LoopOptions
 from edge_rt.loop.options import RedecodeOptions, SplitOptions, loudspeaker_mode
-from edge_rt.loop.preroll import NoisyPrerollOptions
+from edge_rt.loop.preroll import NoisyPrerollOptions, SoundStartOptions
 from edge_rt.loop.stages import Stages
 from edge_rt.loop.trace import UtteranceTrace, percentiles
 from edge_rt.loop.turn_policy import TurnOptions
@@ -100,6 +100,8 @@ class BenchOptions:
     split: SplitOptions | None = field(default_factory=SplitOptions)
     # an utterance that opens out of noise starts further back (LoopOptions.noisy_preroll; None: never)
     noisy_preroll: NoisyPrerollOptions | None = field(default_factory=NoisyPrerollOptions)
+    # out of a quiet room, a pre-roll never starts inside a sound (LoopOptions.sound_start; None: never)
+    sound_start: SoundStartOptions | None = field(default_factory=SoundStartOptions)
     # Also each clip in loudspeaker mode (loop.options.loudspeaker_mode: `edge-rt run --loudspeaker`'s capture front
     # end and barge-in), run right after the same clip without it, so the two see the same load: what the
     # mode costs in turn latency as paired ratios (the target is 10 %, README), talk-over and live WER.
@@ -144,7 +146,8 @@ class BenchOptions:
     def loop_options(self, target: str) -> LoopOptions:
         return LoopOptions(target=target, partials=self.partials, speculate_after_ms=self.speculate_after_ms,
                            turn=self.turn if self.turn_policy else None, beam_size=self.beam_size,
-                           redecode=self.redecode, split=self.split, noisy_preroll=self.noisy_preroll)
+                           redecode=self.redecode, split=self.split, noisy_preroll=self.noisy_preroll,
+                           sound_start=self.sound_start)
 
     def target_for(self, lang: str) -> str:
         """English clips are spoken in Portuguese, every other language in English."""

@@ -225,7 +225,7 @@ def loop_options(c: Config) -> LoopOptions:
     from edge_rt.loop.context import ContextOptions
     from edge_rt.loop.endpoint import EndpointOptions
     from edge_rt.loop.loop import LoopOptions
-    from edge_rt.loop.preroll import NoisyPrerollOptions
+    from edge_rt.loop.preroll import NoisyPrerollOptions, SoundStartOptions
     from edge_rt.loop.redecode import RedecodeOptions
     from edge_rt.loop.split import SplitOptions
     from edge_rt.loop.turn_policy import TurnOptions
@@ -238,6 +238,8 @@ def loop_options(c: Config) -> LoopOptions:
                        split=SplitOptions(below_tokens_per_s=c.loop.split_below) if c.loop.split_below > 0 else None,
                        noisy_preroll=(NoisyPrerollOptions(below_db=c.loop.noisy_preroll_below)
                                       if c.loop.noisy_preroll_below > 0 else None),
+                       sound_start=(SoundStartOptions(above_db=c.loop.sound_start_above)
+                                    if c.loop.sound_start_above > 0 else None),
                        repeat_words=c.loop.repeat_words or None,
                        context=ContextOptions(lend_within_s=c.loop.lend_within_s or None),
                        keep_traces=1000)  # always on: memory must not grow with every utterance

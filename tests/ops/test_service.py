@@ -147,11 +147,13 @@ def test_the_service_loop_options_follow_the_loop_config():
     assert default.repeat_words == LoopOptions(target="pt").repeat_words == 3
     assert default.context.lend_within_s == ContextOptions().lend_within_s == 2.0 and default.keep_traces == 1000
     assert default.noisy_preroll is not None and default.split is not None and default.redecode is not None
+    assert default.sound_start == LoopOptions(target="pt").sound_start is not None
     off = loop_options(Config.from_dict({"loop": {"repeat_words": 0, "lend_within_s": 0, "noisy_preroll_below": 0,
+                                                  "sound_start_above": 0,
                                                   "split_below": 0, "redecode_below": 0, "complete_after_ms": 128},
                                          "translate": {"to": "de", "from": "en"}}))
     assert off.repeat_words is None and off.context.lend_within_s is None
-    assert off.noisy_preroll is None and off.split is None and off.redecode is None
+    assert off.noisy_preroll is None and off.split is None and off.redecode is None and off.sound_start is None
     assert off.turn.complete_after_ms == 128 and (off.target, off.source) == ("de", "en")
     assert loop_options(Config.from_dict({"loop": {"repeat_words": 4, "lend_within_s": 1.5}})).repeat_words == 4
     for key, bad in (("repeat_words", -1), ("lend_within_s", 9.0)):
