@@ -13,6 +13,10 @@ candidate: WER over the speech items (and clean apart), items empty, decodes red
 total decode time, and the babble-alone items with text.
 
     python tools/tune_redecode.py --items 40 [--seed 53] [--hesitate 0.8] [--candidates off,-0.3,-0.5,-0.7,beam]
+                                  [--room [--soft-onset 0.3]]
+
+``--room`` puts every sentence over a room's floor (pink noise, -66 to -50 dBFS) instead of the noise conditions and
+digital silence; ``--soft-onset S`` fades each sentence's first S seconds in from -30 dB (a softly said first word).
 
 A limit may carry the rules for taking the beam's words (RedecodeOptions): ``-0.5:3:0.5`` is LIMIT:REPEAT_WORDS:MIN_KEPT
 (``--candidates=-0.5:3:0,-0.5:3:0.5``: the ``=`` keeps argparse from reading the leading minus as an option),

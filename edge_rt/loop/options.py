@@ -41,8 +41,11 @@ class LoopOptions:
     # speech gives it nothing to move (python tools/tune_redecode.py --items 40, and --room [--soft-onset 0.3]
     # --items 60: 0 of 46, 67 and 67 starts), and on the tuning half of the real clips (tools/tune_turn.py's split,
     # through `translate`) above_db 6, 10 and 15 change no word; 10 dB stands over a room's frame-to-frame spread
-    # (the real clips' room tone: loudest 20-ms frame 1.4-7 dB over the median in most). Built from a held-out
-    # clip's diagnosis (README, Turn-taking, "A soft first word"), so its gain there is not independent evidence.
+    # (the real clips' room tone: loudest 20-ms frame 1.4-7 dB over the median in most). quiet_db 25 chosen on the
+    # tuning half's English clips in `edge-rt eval --noise` (babble, pink, brown, music at 5 and 10 dB): at 20 an
+    # utterance opened on a babble talker started 40 ms earlier and Whisper wrote its words (invented text 0 -> 1),
+    # at 25 and 30 every mix as without the rule. Built from a held-out clip's diagnosis (README, Turn-taking, "A soft
+    # first word"), so its gain there is not independent evidence.
     sound_start: SoundStartOptions | None = field(default_factory=SoundStartOptions)
     partials: bool = True  # re-decode the growing utterance for live captions and the stable prefix
     partial_interval_ms: int = 960  # how often a partial is decoded

@@ -78,7 +78,7 @@ class SoundStartOptions:
     max_ms: int = 320  # how much further back than the endpointer's start, at most
     quiet_db: float = 25.0  # only out of a quiet room: the opening speech at least this far above its floor
     noise_s: float = 1.0  # the audio before the start that measures the floor (its median 20-ms frame)
-    min_noise_s: float = 0.2  # less audio than this since the previous utterance: nothing is measured, no move
+    min_noise_s: float = 0.2  # less room than this (digital silence not counted) before the start: no move
 
     def __post_init__(self):
         if not self.above_db > 0:
