@@ -172,7 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     talkers, stages = talkers_and_stages(args.pack, args.seed)
     rng = talkers.rng
-    room_rng = np.random.default_rng(args.seed + 1)  # --room's floors: the sentences and voices stay the seed's
+    # --room's floors from a generator of their own; the noise conditions' draws are skipped with --room, so its
+    # sentences and voices after the first differ from the same seed's without it
+    room_rng = np.random.default_rng(args.seed + 1)
     items = []  # (condition, audio, reference or "")
     for i in range(args.items):
         at = int(rng.integers(len(talkers.sentences["en"])))  # drawn before the voice: --seed 53/59 as tuned
