@@ -220,49 +220,33 @@ def test_redecode_flag_is_parsed_on_every_loop_command_and_checked():
         _no_traceback(bad)
 
 
-def test_noisy_preroll_flag_is_parsed_on_every_loop_command_and_checked():
-    """--noisy-preroll DB|off sets LoopOptions.noisy_preroll (default on at 20 dB) on translate, run, bench and
-    eval --noise; the service reads [loop] noisy_preroll_below (0: off); a bad value is a named error (exit 2)."""
+@pytest.mark.parametrize("flag, field, options, level, key, default", [
+    ("--noisy-preroll", "noisy_preroll", "NoisyPrerollOptions", "below_db", "noisy_preroll_below", 20.0),
+    ("--sound-start", "sound_start", "SoundStartOptions", "above_db", "sound_start_above", 10.0),
+])
+def test_preroll_flags_are_parsed_on_every_loop_command_and_checked(flag, field, options, level, key, default):
+    """--noisy-preroll DB|off and --sound-start DB|off set LoopOptions.noisy_preroll (default on at 20 dB) and
+    LoopOptions.sound_start (default on at 10 dB) on translate, run, bench and eval --noise; the service reads [loop]
+    noisy_preroll_below and sound_start_above (0: off); a bad value is a named error (exit 2)."""
     from edge_rt.cli import build_parser
     from edge_rt.config import Config
+    from edge_rt.loop import preroll
     from edge_rt.loop.options import LoopOptions
-    from edge_rt.loop.preroll import NoisyPrerollOptions
 
+    kind = getattr(preroll, options)
     parse = build_parser().parse_args
-    assert LoopOptions(target="pt").noisy_preroll == NoisyPrerollOptions() == parse(["run", "--to", "pt"]).noisy_preroll
+    assert getattr(LoopOptions(target="pt"), field) == kind() == getattr(parse(["run", "--to", "pt"]), field)
+    assert getattr(kind(), level) == default
     commands = (["translate", "x.wav", "--to", "pt"], ["run", "--to", "pt"], ["bench"], ["eval", "--noise"])
     for command in commands:
-        assert parse([*command, "--noisy-preroll", "15"]).noisy_preroll == NoisyPrerollOptions(below_db=15.0)
-        assert parse([*command, "--noisy-preroll", "off"]).noisy_preroll is None
-    assert Config.from_dict({"loop": {"noisy_preroll_below": 0}}).loop.noisy_preroll_below == 0
-    assert Config().loop.noisy_preroll_below == NoisyPrerollOptions.below_db
-    with pytest.raises(Exception, match="noisy_preroll_below"):
-        Config.from_dict({"loop": {"noisy_preroll_below": -1}})
-    bad = run_cli("translate", "x.wav", "--to", "pt", "--noisy-preroll", "-3")
-    assert bad.returncode == 2 and "--noisy-preroll takes off or a level in dB above 0" in bad.stderr, bad.stderr
-    _no_traceback(bad)
-
-
-def test_sound_start_flag_is_parsed_on_every_loop_command_and_checked():
-    """--sound-start DB|off sets LoopOptions.sound_start (default on at 10 dB) on translate, run, bench and eval
-    --noise; the service reads [loop] sound_start_above (0: off); a bad value is a named error (exit 2)."""
-    from edge_rt.cli import build_parser
-    from edge_rt.config import Config
-    from edge_rt.loop.options import LoopOptions
-    from edge_rt.loop.preroll import SoundStartOptions
-
-    parse = build_parser().parse_args
-    assert LoopOptions(target="pt").sound_start == SoundStartOptions() == parse(["run", "--to", "pt"]).sound_start
-    commands = (["translate", "x.wav", "--to", "pt"], ["run", "--to", "pt"], ["bench"], ["eval", "--noise"])
-    for command in commands:
-        assert parse([*command, "--sound-start", "15"]).sound_start == SoundStartOptions(above_db=15.0)
-        assert parse([*command, "--sound-start", "off"]).sound_start is None
-    assert Config.from_dict({"loop": {"sound_start_above": 0}}).loop.sound_start_above == 0
-    assert Config().loop.sound_start_above == SoundStartOptions.above_db
-    with pytest.raises(Exception, match="sound_start_above"):
-        Config.from_dict({"loop": {"sound_start_above": -1}})
-    bad = run_cli("translate", "x.wav", "--to", "pt", "--sound-start", "-3")
-    assert bad.returncode == 2 and "--sound-start takes off or a level in dB above 0" in bad.stderr, bad.stderr
+        assert getattr(parse([*command, flag, "15"]), field) == kind(**{level: 15.0})
+        assert getattr(parse([*command, flag, "off"]), field) is None
+    assert getattr(Config.from_dict({"loop": {key: 0}}).loop, key) == 0
+    assert getattr(Config().loop, key) == getattr(kind, level)
+    with pytest.raises(Exception, match=key):
+        Config.from_dict({"loop": {key: -1}})
+    bad = run_cli("translate", "x.wav", "--to", "pt", flag, "-3")
+    assert bad.returncode == 2 and f"{flag} takes off or a level in dB above 0" in bad.stderr, bad.stderr
     _no_traceback(bad)
 
 

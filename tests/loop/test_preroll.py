@@ -19,6 +19,13 @@ from edge_rt.pipeline import StageOptions, load_stages
 from edge_rt.units import SAMPLE_RATE as SR
 
 O = NoisyPrerollOptions()  # 128 ms more below 20 dB
+OPENED = 2 * SR  # the VAD's first speech frame in every history below; the endpointer's start is 192 ms before it
+
+
+def _as_history(audio: np.ndarray) -> History:
+    h = History(1 << 17)
+    h.write(0, audio.astype(np.float32))
+    return h
 
 
 def _history(noise_rms: float, speech_at: float, speech_rms: float = 0.05, seconds: float = 3.0) -> History:
@@ -27,14 +34,11 @@ def _history(noise_rms: float, speech_at: float, speech_rms: float = 0.05, secon
     audio = noise_rms * rng.standard_normal(int(seconds * SR))
     a = int(speech_at * SR)
     audio[a:] += speech_rms * rng.standard_normal(len(audio) - a)
-    h = History(1 << 17)
-    h.write(0, audio.astype(np.float32))
-    return h
+    return _as_history(audio)
 
 
 def _start(h: History, floor: int = 0, options: NoisyPrerollOptions = O) -> int:
-    opened = 2 * SR  # the VAD's first speech frame; the endpointer's start is 192 ms before it
-    return noisy_start(h, opened - 3072, opened, opened + 1024, floor, options)
+    return noisy_start(h, OPENED - 3072, OPENED, OPENED + 1024, floor, options)
 
 
 def test_out_of_noise_the_start_moves_back_and_out_of_a_quiet_room_it_does_not():
@@ -97,14 +101,11 @@ def _room(onset_s: float, onset_rms: float = 0.01, floor_rms: float = 0.0005, se
     a, b = int(onset_s * SR), 2 * SR
     audio[a:b] += onset_rms * rng.standard_normal(b - a)
     audio[b:] += 0.1 * rng.standard_normal(len(audio) - b)
-    h = History(1 << 17)
-    h.write(0, audio.astype(np.float32))
-    return h
+    return _as_history(audio)
 
 
 def _sound(h: History, floor: int = 0, options: SoundStartOptions = S) -> int:
-    opened = 2 * SR  # the VAD's first speech frame; the endpointer's start is 192 ms before it
-    return sound_start(h, opened - 3072, opened, opened + 1024, floor, options)
+    return sound_start(h, OPENED - 3072, OPENED, OPENED + 1024, floor, options)
 
 
 def test_a_pre_roll_that_starts_inside_a_sound_moves_back_to_where_it_starts():
@@ -133,13 +134,10 @@ def test_out_of_noise_or_with_nothing_to_measure_the_start_stays():
     audio = np.zeros(3 * SR, np.float32)
     audio[int(1.75 * SR):] = 0.01 * rng.standard_normal(int(1.25 * SR))
     audio[2 * SR:] *= 10
-    h = History(1 << 17)
-    h.write(0, audio)
-    assert _sound(h) == start
+    assert _sound(_as_history(audio)) == start
     # ... and its frames are left out of the floor: room tone after it is measured as the room.
     audio[int(1.5 * SR): int(1.75 * SR)] = 0.0005 * rng.standard_normal(SR // 4)
-    h.write(0, audio)
-    assert _sound(h) < 1.75 * SR
+    assert _sound(_as_history(audio)) < 1.75 * SR
     with pytest.raises(ValueError, match="above_db"):
         SoundStartOptions(above_db=0.0)
     with pytest.raises(ValueError, match="max_ms"):
