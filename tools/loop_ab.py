@@ -10,6 +10,7 @@ with a beam), ``preroll_ms`` (EndpointOptions: audio kept before an utterance's 
 audio decoded after its last speech frame) or
 ``noisy_preroll`` (LoopOptions: ``off`` or the dB below which an utterance opening out of noise starts further back),
 ``sound_start`` (LoopOptions: ``off``, ``on`` or the dB above the room's floor of a sound the pre-roll should not cut),
+``onset`` (LoopOptions: ``off``, ``on`` or the dBFS under which the lead of a turn's first clause is not played),
 ``repeat_words`` (LoopOptions: ``off`` or the words of a run written twice in a row that is said once) or
 ``lend_within_s`` (ContextOptions: ``off`` or the seconds within which a dropped utterance is lent to the next)
 or ``loudspeaker`` (``off``, ``frontend``, ``frontend+64``, ``on``: `run --loudspeaker` in parts; ``on+MS``: all of
@@ -33,6 +34,7 @@ and their paused versions with two settings).
 
     python tools/loop_ab.py [--vary complete_after_ms=64,256 | beam_size=1,5 | redecode=off,-0.5 | preroll_ms=192,320 | postroll_ms=0,64
                              | noisy_preroll=off,20 | sound_start=off,on | repeat_words=off,3 | lend_within_s=off,2
+                             | onset=off,on
                              | loudspeaker=off,frontend,frontend+64,on | loudspeaker=on+64,on | loudspeaker=off,on-tone,on | loudspeaker=off,on-pass,on
                              | loudspeaker=off,on-late,on
                              | loudspeaker=on@pause,on | barge_in=continue,resay | turn_calls=all,needed
@@ -57,6 +59,7 @@ from edge_rt.audio.echo_path import EchoPath  # noqa: E402
 from edge_rt.audio.files import read_audio  # noqa: E402
 from edge_rt.loop.context import ContextOptions  # noqa: E402
 from edge_rt.loop.endpoint import EndpointOptions  # noqa: E402
+from edge_rt.loop.onset import OnsetOptions  # noqa: E402
 from edge_rt.loop.options import RedecodeOptions, loudspeaker_mode  # noqa: E402
 from edge_rt.loop.output import BARGE_IN  # noqa: E402
 from edge_rt.loop.preroll import NoisyPrerollOptions, SoundStartOptions  # noqa: E402
@@ -86,6 +89,10 @@ KNOBS = {
     # (LoopOptions.sound_start): off, on, or its above_db
     "sound_start": lambda v: {"sound_start": None if v == "off" else SoundStartOptions() if v == "on"
                               else SoundStartOptions(above_db=float(v))},
+    # each utterance's speech played from where its first clause sounds (LoopOptions.onset): off, on, or the
+    # limit in dBFS under which a sample is silence
+    "onset": lambda v: {"onset": None if v == "off" else OnsetOptions() if v == "on"
+                        else OnsetOptions(below_dbfs=float(v))},
     # a run of this many words written twice in a row said once (LoopOptions.repeat_words): off or the words
     "repeat_words": lambda v: {"repeat_words": None if v == "off" else int(v)},
     # an utterance the unsure gate dropped lent to one that starts within this many seconds (ContextOptions)

@@ -117,7 +117,7 @@ class Loop:
         self._quiet = np.zeros(VAD_FRAME, np.float32)  # what the VAD hears for a hop of our own echo
         self._stop = threading.Event()
         self._current: _Utterance | None = None
-        self._speech = SpeechQueue(sink)  # synthesized, not yet accepted by the sink
+        self._speech = SpeechQueue(sink, options.onset)  # synthesized, not yet accepted by the sink
         # Repeated phrases: translation and first clause reused (stats: hits, saved time; bench reports them).
         self.phrases = PhraseCache(options.phrase_cache) if options.phrase_cache else None
         # Echo cancellation before the VAD (audio/frontend.py): the VAD, the history (ASR) and observers

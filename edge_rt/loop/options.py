@@ -12,6 +12,7 @@ from edge_rt.loop.preroll import NoisyPrerollOptions, SoundStartOptions
 from edge_rt.loop.foreground import ForegroundOptions
 from edge_rt.loop.overload import OverloadOptions
 from edge_rt.loop.turn_policy import TurnOptions
+from edge_rt.loop.onset import OnsetOptions
 from edge_rt.loop.output import BARGE_IN
 from edge_rt.loop.redecode import RedecodeOptions
 from edge_rt.loop.split import SplitOptions
@@ -162,6 +163,10 @@ class LoopOptions:
     # through JACK the source caption's decode after it left 0.22-0.48 s gaps before the next window. 1.0 s:
     # longer than one Whisper pass here; the second window (1.5 s) always reaches it.
     speech_lead_s: float = 1.0
+    # Each utterance's translated speech starts where it sounds: the first clause's leading near-silence (Piper's,
+    # 36 ms at the median on generated sentences) is not played (onset.py, OnsetOptions; None: played as
+    # synthesized). What it changes live: README, Latency ("Speech that starts where it sounds").
+    onset: OnsetOptions | None = field(default_factory=OnsetOptions)
     # Beam search for the text that is translated (the speculation at a pause and the end's decode; partial
     # captions and the source caption of a translate route stay greedy): AsrOptions.beam_size, 1 = greedy.
     # Whole English clips through the INT8 engines (12 clips, 215 words; one run): beam 5 against greedy

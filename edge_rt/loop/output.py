@@ -1,8 +1,10 @@
 """Translated speech on its way to the sink: a queue of clauses, per utterance, handed over as the sink takes it.
 
 The sink back-pressures (``write`` returns how much it accepted), so clauses wait
-here; the first sample of each utterance is marked right before it is written,
-so its trace gets ``first_output`` when that sample is played. The loop's
+here; the first sample of each utterance is marked right before it is written, and its trace gets
+``first_output`` when its first *sounding* sample (over ``OnsetOptions.below_dbfs``, onset.py) is
+played: the mark's time plus the samples before it, played at the sink's rate. The near-silence a
+synthesizer puts before that sound is not queued (but ``keep_ms`` of it). The loop's
 overload policy reads :meth:`SpeechQueue.backlog_s` and may drop the oldest
 queued utterance; a person talking over the speech (barge-in, :meth:`SpeechQueue.barge_in`) may duck,
 pause or stop it, when the loop's options say so.
@@ -11,10 +13,12 @@ pause or stop it, when the loop's options say so.
 from __future__ import annotations
 
 import collections
+from dataclasses import replace
 
 import numpy as np
 
 from edge_rt.audio.sinks import Sink
+from edge_rt.loop.onset import OnsetOptions, sound_onset
 from edge_rt.loop.trace import UtteranceTrace
 
 __all__ = ["BARGE_IN", "SpeechQueue"]
@@ -25,8 +29,11 @@ BARGE_IN = ("duck", "pause", "stop", "continue", "resay")
 
 
 class SpeechQueue:
-    def __init__(self, sink: Sink):
+    def __init__(self, sink: Sink, onset: OnsetOptions | None = None):
         self.sink = sink
+        self.onset = onset  # None: a first clause is queued from its first sample, silent or not
+        # where an utterance's speech is first heard (marked for first_output), whether its lead is played or not
+        self._heard = replace(onset or OnsetOptions(), keep_ms=0.0)
         self._items: collections.deque[list] = collections.deque()  # [trace, samples, mark before writing]
         self._queued = 0  # samples waiting here (not yet accepted by the sink)
         self._marked: collections.deque[UtteranceTrace] = collections.deque()  # first sample in the sink, unplayed
@@ -35,8 +42,14 @@ class SpeechQueue:
         return bool(self._items)
 
     def add(self, trace: UtteranceTrace, samples: np.ndarray, first: bool) -> None:
-        """Queue one clause of ``trace``'s speech (float32 at the sink's rate); ``first``: its first clause."""
-        self._items.append([trace, samples, first])
+        """Queue one clause of ``trace``'s speech (float32 at the sink's rate); ``first``: its first clause, queued
+        from where it starts to sound (``onset``), its trace stamped when its first sounding sample is played."""
+        mark = None  # samples from the start of this clause's queued audio to its first sound
+        if first:
+            start = sound_onset(samples, self.sink.rate, self.onset) if self.onset is not None else 0
+            samples = samples[start:]
+            mark = sound_onset(samples, self.sink.rate, self._heard)
+        self._items.append([trace, samples, mark])
         self._queued += len(samples)
 
     def push(self) -> None:
@@ -44,12 +57,13 @@ class SpeechQueue:
         while self._items:
             item = self._items[0]
             tr, head, mark = item
-            if mark:  # its first sample is the next one the sink takes
-                self.sink.mark(lambda t_ns, tr=tr: tr.stamp("first_output", t_ns))
+            if mark is not None:  # its first sample is the next one the sink takes; its sound, ``mark`` later
+                delay_ns = mark * 1_000_000_000 // self.sink.rate
+                self.sink.mark(lambda t_ns, tr=tr, d=delay_ns: tr.stamp("first_output", t_ns + d))
                 while self._marked and "first_output" in self._marked[0].t_ns:
                     self._marked.popleft()  # heard already
                 self._marked.append(tr)
-                item[2] = False
+                item[2] = None
             n = self.sink.write(head)
             self._queued -= n
             if n == len(head):

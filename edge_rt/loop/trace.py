@@ -2,7 +2,8 @@
 
 Every event is stamped with ``time.monotonic_ns()``; audio positions are the
 capture ring's sample indices. The turn latency users feel is the time from
-the end of their speech to the first translated sample handed to the device.
+the end of their speech to the first translated sample they can hear (over -60 dBFS: loop/onset.py)
+handed to the device.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ EVENTS = (
     "asr_final",  # final transcript ready
     "mt_done",  # translation ready
     "tts_first_chunk",  # first synthesized clause ready
-    "first_output",  # first translated sample handed to the output device
+    "first_output",  # first sounding translated sample (loop/onset.py) handed to the output device
 )
 
 
@@ -58,7 +59,7 @@ class UtteranceTrace:
 
     @property
     def turn_latency_ms(self) -> float | None:
-        """End of speech → first translated sample at the device."""
+        """End of speech → first sounding translated sample at the device."""
         return self.interval_ms("speech_end", "first_output")
 
     def stages_ms(self) -> dict[str, float | None]:

@@ -4,8 +4,8 @@ Each clip is replayed at real-time pace through the full loop (paced file
 source → loop → paced playback sink), followed by silence. The end of speech
 is an **offline oracle** computed once per clip: the end of the last 32 ms
 frame whose Silero probability (the whole clip run through the VAD, no
-endpointing) is ≥ 0.5. Turn latency = time the first translated sample of the
-utterance holding that end reaches the (simulated) device − the capture time of
+endpointing) is ≥ 0.5. Turn latency = time the first sounding translated sample
+(loop/onset.py) of the utterance holding that end reaches the (simulated) device − the capture time of
 the oracle end.
 
 A clip **fails** when the utterance holding the oracle end produced no speech

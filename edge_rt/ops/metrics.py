@@ -30,7 +30,8 @@ class Metrics(LoopObserver):
             raise EdgeRtError(f"metrics need prometheus-client ({e}); `pip install prometheus-client`") from e
         self.registry = CollectorRegistry()
         r = self.registry
-        self.turn = Histogram("edge_rt_turn_latency_seconds", "End of speech to first translated sample at the device",
+        self.turn = Histogram("edge_rt_turn_latency_seconds",
+                              "End of speech to first sounding translated sample at the device",
                               buckets=BUCKETS_S, registry=r)
         self.stage = Histogram("edge_rt_stage_seconds", "Time spent in each stage of an utterance", ["stage"],
                                buckets=BUCKETS_S, registry=r)

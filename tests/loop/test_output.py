@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from edge_rt.audio.sinks import DUCK_GAIN, RingSink, TimelineSink
+from edge_rt.loop.onset import OnsetOptions
 from edge_rt.loop.output import SpeechQueue
 from edge_rt.loop.trace import UtteranceTrace
 
@@ -112,3 +113,35 @@ def test_drop_oldest_only_when_another_utterance_waits():
     q.add(b, _speech(100), first=True)
     assert q.drop_oldest() is a
     assert q.backlog_s() == pytest.approx((256 + 100) / RATE)
+
+
+def test_a_first_clause_is_queued_from_where_it_sounds_and_later_clauses_whole():
+    sink = RingSink(RATE, capacity=4096)
+    q = SpeechQueue(sink, OnsetOptions(keep_ms=5))
+    tr = UtteranceTrace(1)
+    quiet_then_loud = np.concatenate([np.full(320, 1e-4, np.float32), _speech(100)])  # 20 ms at -80 dBFS
+    q.add(tr, quiet_then_loud, first=True)
+    q.add(tr, quiet_then_loud, first=False)  # a later clause keeps its lead: the voice's own pause
+    q.push()
+    assert sink.pending() == 80 + 100 + 420  # 5 ms of the lead kept
+    out = np.empty(180, np.float32)
+    sink.consume(out, 1_000_000_000)
+    np.testing.assert_array_equal(out, np.r_[np.full(80, 1e-4, np.float32), _speech(100)])
+    assert tr.t_ns["first_output"] == 1_005_000_000  # stamped when the first sample one can hear is played
+
+
+def test_without_onset_options_the_lead_is_played_and_the_stamp_is_still_the_sound():
+    sink = RingSink(RATE, capacity=4096)
+    q = SpeechQueue(sink)
+    tr = UtteranceTrace(1)
+    q.add(tr, np.concatenate([np.full(320, 1e-4, np.float32), _speech(100)]), first=True)
+    q.push()
+    assert sink.pending() == 420
+    out = np.empty(420, np.float32)
+    sink.consume(out, 1_000_000_000)
+    assert tr.t_ns["first_output"] == 1_020_000_000  # 20 ms of near-silence is no translated sound yet
+    silent = UtteranceTrace(2)  # a clause that never sounds is stamped at its first sample, as before
+    q.add(silent, np.full(100, 1e-4, np.float32), first=True)
+    q.push()
+    sink.consume(out[:100], 3)
+    assert silent.t_ns["first_output"] == 3
