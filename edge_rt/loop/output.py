@@ -34,7 +34,9 @@ class SpeechQueue:
         self.onset = onset  # None: a first clause is queued from its first sample, silent or not
         # where an utterance's speech is first heard (marked for first_output), whether its lead is played or not
         self._heard = replace(onset or OnsetOptions(), keep_ms=0.0)
-        self._items: collections.deque[list] = collections.deque()  # [trace, samples, mark before writing]
+        # [trace, samples, mark]: mark, for an utterance's first clause until it is written, the samples from its
+        # start to its first sound (None: no mark)
+        self._items: collections.deque[list] = collections.deque()
         self._queued = 0  # samples waiting here (not yet accepted by the sink)
         self._marked: collections.deque[UtteranceTrace] = collections.deque()  # first sample in the sink, unplayed
 

@@ -421,8 +421,9 @@ def _barge_over(stages, audio, first, second, target, begun=2048, **options):
     from edge_rt.audio.sinks import RingSink
     from edge_rt.loop.endpoint import Event
 
+    # onset None: every sample queued is played, so what was queued and what was played compare sample for sample
     loop = Loop(stages, FastFileSource(np.zeros(16000, np.float32)), sink := RingSink(22050),
-                LoopOptions(target=target, turn=None, partials=False, **options))
+                LoopOptions(target=target, turn=None, partials=False, **{"onset": None, **options}))
     loop.history.write(0, audio)
     queued: dict[int, list[np.ndarray]] = {1: [], 2: []}
     add = loop._speech.add
