@@ -11,6 +11,7 @@ from edge_rt.audio.sinks import TimelineSink
 from edge_rt.audio.sources import FastFileSource
 from edge_rt.loop.context import ContextOptions
 from edge_rt.loop.loop import Loop, LoopOptions
+from edge_rt.loop.onset import OnsetOptions
 from edge_rt.loop.phrase_cache import normalize
 from edge_rt.loop.stages import Stages
 from edge_rt.loop.turn_policy import TurnOptions
@@ -481,6 +482,29 @@ def test_resay_speaks_the_whole_sentence_instead_of_the_rest_of_its_first_part(s
         # the whole sentence's translation holds (nearly) as many words as the two parts' together
         assert len(resaid.split()) >= 0.8 * (len(u1.translation.split()) + len(u2.translation.split())) \
             > len(u2.translation.split()), (resaid, u1.translation, u2.translation)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("onset", [OnsetOptions(), None], ids=["onset", "no-onset"])
+def test_translated_speech_is_played_from_where_it_sounds_and_its_turn_timed_there(product_stages, speech_dir, onset):
+    """German into English (Piper, whose first clause opens with tens of ms under -60 dBFS): the loop plays only
+    ``keep_ms`` of that lead (LoopOptions.onset; all of it with None), and ``first_output`` is when the first
+    sample over -60 dBFS is played either way."""
+    from edge_rt.audio.sinks import RingSink
+    from edge_rt.loop.endpoint import Event
+
+    de = read_audio(speech_dir / "de_fleurs_test_004.wav")  # "Die Höhle befindet sich ... nördlich von Mekka"
+    loop = Loop(product_stages, FastFileSource(np.zeros(16000, np.float32)), sink := RingSink(22050),
+                LoopOptions(target="en", turn=None, partials=False, onset=onset))
+    loop.history.write(0, de)
+    loop._on_event(Event("start", 22400))
+    loop._on_event(Event("end", 94400, "silence"))  # decoded, translated, its first clause queued
+    played = np.empty(22050, np.float32)
+    sink.consume(played, 10**9)  # its first second, heard from t = 1 s
+    tr = loop._clause_trace  # the utterance being spoken (closed once all its clauses are queued)
+    sound = int(np.flatnonzero(np.abs(played) > 1e-3)[0])
+    assert sound == round(0.005 * 22050) if onset is not None else sound > 0.015 * 22050, sound
+    assert tr.t_ns["first_output"] == 10**9 + sound * 10**9 // 22050, (tr.translation, sound)
 
 
 @pytest.mark.slow

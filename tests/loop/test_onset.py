@@ -12,7 +12,7 @@ from edge_rt.stages.tts.voice import Tts, TtsOptions
 RATE = 22050
 
 
-def _silence_then_tone(silent: int, level_dbfs: float = -60.0 - 20.0) -> np.ndarray:
+def _silence_then_tone(silent: int, level_dbfs: float = -80.0) -> np.ndarray:
     """``silent`` samples at ``level_dbfs`` (hiss under the limit), then a -6 dBFS tone."""
     rng = np.random.default_rng(0)
     hiss = rng.uniform(-1, 1, silent).astype(np.float32) * 10 ** (level_dbfs / 20)
@@ -54,4 +54,4 @@ def test_piper_starts_its_first_clause_with_silence_that_is_not_played(default_p
         assert 0.015 < start / first.sample_rate < 0.1, sentence  # 36 ms at the median of 122 generated sentences
         assert np.max(np.abs(first.samples[:start])) <= 1e-3  # all that is left out is under -60 dBFS
         keep = round(0.005 * first.sample_rate)
-        assert np.max(np.abs(first.samples[start + keep: start + keep + 1])) > 1e-3  # and the sound begins there
+        assert abs(first.samples[start + keep]) > 1e-3  # and the sound begins there
