@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["OnsetOptions", "sound_onset"]
+__all__ = ["OnsetOptions", "first_sound", "sound_onset"]
 
 
 @dataclass(frozen=True)
@@ -33,12 +33,18 @@ class OnsetOptions:
         if not 0 <= self.keep_ms <= 100:
             raise ValueError(f"OnsetOptions.keep_ms must be in 0..100, got {self.keep_ms}")
 
+    def keep_samples(self, rate: int) -> int:
+        """``keep_ms`` in samples at ``rate`` Hz."""
+        return int(round(self.keep_ms * rate / 1000))
+
+
+def first_sound(samples: np.ndarray, below_dbfs: float = OnsetOptions.below_dbfs) -> int:
+    """The index of the first of ``samples`` (float, [-1, 1]) louder than ``below_dbfs``; 0 when none is."""
+    loud = np.abs(samples) > 10.0 ** (below_dbfs / 20.0)
+    return int(np.argmax(loud)) if len(loud) else 0  # argmax of all False is 0 too
+
 
 def sound_onset(samples: np.ndarray, rate: int, options: OnsetOptions = OnsetOptions()) -> int:
     """The index from which ``samples`` (float, [-1, 1], at ``rate`` Hz) are played: ``keep_ms`` before the first
     sample louder than ``below_dbfs``; 0 when none is (nothing is cut from audio that never sounds)."""
-    loud = np.abs(samples) > 10.0 ** (options.below_dbfs / 20.0)
-    first = int(np.argmax(loud)) if len(loud) else 0
-    if not len(loud) or not loud[first]:
-        return 0
-    return max(0, first - int(round(options.keep_ms * rate / 1000)))
+    return max(0, first_sound(samples, options.below_dbfs) - options.keep_samples(rate))

@@ -13,12 +13,11 @@ pause or stop it, when the loop's options say so.
 from __future__ import annotations
 
 import collections
-from dataclasses import replace
 
 import numpy as np
 
 from edge_rt.audio.sinks import Sink
-from edge_rt.loop.onset import OnsetOptions, sound_onset
+from edge_rt.loop.onset import OnsetOptions, first_sound
 from edge_rt.loop.trace import UtteranceTrace
 
 __all__ = ["BARGE_IN", "SpeechQueue"]
@@ -32,8 +31,8 @@ class SpeechQueue:
     def __init__(self, sink: Sink, onset: OnsetOptions | None = None):
         self.sink = sink
         self.onset = onset  # None: a first clause is queued from its first sample, silent or not
-        # where an utterance's speech is first heard (marked for first_output), whether its lead is played or not
-        self._heard = replace(onset or OnsetOptions(), keep_ms=0.0)
+        # what counts as heard (first_output), whether a lead is played or not
+        self._below_dbfs = (onset or OnsetOptions()).below_dbfs
         # [trace, samples, mark]: mark, for an utterance's first clause until it is written, the samples from its
         # start to its first sound (None: no mark)
         self._items: collections.deque[list] = collections.deque()
@@ -48,9 +47,9 @@ class SpeechQueue:
         from where it starts to sound (``onset``), its trace stamped when its first sounding sample is played."""
         mark = None  # samples from the start of this clause's queued audio to its first sound
         if first:
-            start = sound_onset(samples, self.sink.rate, self.onset) if self.onset is not None else 0
-            samples = samples[start:]
-            mark = sound_onset(samples, self.sink.rate, self._heard)
+            sound = first_sound(samples, self._below_dbfs)
+            start = max(0, sound - self.onset.keep_samples(self.sink.rate)) if self.onset is not None else 0
+            samples, mark = samples[start:], sound - start
         self._items.append([trace, samples, mark])
         self._queued += len(samples)
 
