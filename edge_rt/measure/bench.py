@@ -17,7 +17,9 @@ that became no utterance) has no turn to measure and is listed in ``early``.
 The **serial baseline** (:mod:`edge_rt.measure.serial`) runs the loop's own
 engines one after the other on the whole utterance; ``--peer``
 (:mod:`edge_rt.measure.peer`) runs faster-whisper + the same MT + Piper/espeak.
-Both are measured in the same run, on the same clips, from the same oracle end.
+Both are measured in the same run, on the same clips, from the same oracle end, to
+the first sound of their reply as the loop is (they play their first chunk's lead
+of near-silence, ``lead_ms``; the loop starts where it sounds).
 
 Turn-taking (:mod:`edge_rt.measure.turn_taking`): per clip, whether a translation
 started playing before the final end of speech (talk-over), how long the
@@ -452,7 +454,8 @@ def _measure_clip(stages, peer, c: dict, options: BenchOptions, inputs: tuple[np
     peer_turn = peer.turn(audio, end, c["lang"], target) if peer is not None else None
     spoken = [t for t in traces if t.translation]
     parts = lambda t: None if t is None else {  # noqa: E731
-        "wait_ms": t.wait_ms, "asr_ms": round(t.asr_ms, 1), "mt_ms": round(t.mt_ms, 1), "tts_ms": round(t.tts_ms, 1)}
+        "wait_ms": t.wait_ms, "asr_ms": round(t.asr_ms, 1), "mt_ms": round(t.mt_ms, 1), "tts_ms": round(t.tts_ms, 1),
+        "lead_ms": round(t.lead_ms, 1)}
     res = ClipResult(
         c["id"], c["lang"], target, round(len(audio) / SAMPLE_RATE, 2), round(end / SAMPLE_RATE, 3),
         turn.status, turn.reason, turn.latency_ms, serial.latency_ms if serial else None,
@@ -581,7 +584,7 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
 
     def part_pct(kind: str) -> dict:
         rows = [getattr(r, kind) for r in results if getattr(r, kind)]
-        return {k: percentiles((row[k] for row in rows), qs=(50, 95)) for k in ("asr_ms", "mt_ms", "tts_ms")}
+        return {k: percentiles((row[k] for row in rows), qs=(50, 95)) for k in ("asr_ms", "mt_ms", "tts_ms", "lead_ms")}
 
     failed = [r for r in results if r.status == "failed"]
     clip_dicts = [r.as_dict() for r in results]
@@ -634,10 +637,11 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
         "oracle": (f"end of the last speech region of Silero over the whole clip (frames at p >= {_ORACLE.threshold}, "
                    f"gaps under {_ORACLE.min_silence_ms} ms closed, regions under {_ORACLE.min_speech_ms} ms dropped)"),
         "serial": "the loop's engines one after the other on the whole utterance: the loop's hangover, one "
-                  "Whisper pass (smallest window, language detection picks the task), MT, first TTS chunk",
+                  "Whisper pass (smallest window, language detection picks the task), MT, first TTS chunk, "
+                  "and that chunk's near-silence before its first sound (lead_ms)",
         "peer": None if not peer else (
             f"faster-whisper int8 (vad_filter, greedy, language given) + the same MT + piper-tts / espeak-ng "
-            f"first sentence, after faster-whisper's {peer.wait_ms:.0f} ms end-of-speech silence"),
+            f"first sentence to its first sound, after faster-whisper's {peer.wait_ms:.0f} ms end-of-speech silence"),
         "paused": paused,
         "loudspeaker": _loudspeaker_summary(loud, options.loudspeaker_echo) if loud else None,  # None without --loudspeaker
         "clips": clip_dicts,

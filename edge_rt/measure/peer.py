@@ -6,7 +6,8 @@ and piper-tts 1.8 on the pack's Piper voice for English / espeak-ng for
 Portuguese (the same formant voice the loop uses). Its turn latency is measured
 like the serial baseline's: its own end-of-speech wait (faster-whisper's VAD
 ``min_silence_duration_ms``: the silence it needs to call a segment over) plus
-the compute up to the first synthesized sentence.
+the compute up to the first synthesized sentence, plus that sentence's lead of
+near-silence before its first sound (the loop is timed to its first sound too).
 
 Choices that favour the peer, so its speed-up is not inflated: greedy decoding
 (faster-whisper's default is a 5-beam search) without its temperature fall-back
@@ -28,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_rt.errors import EdgeRtError
-from edge_rt.measure.serial import SerialTurn
+from edge_rt.measure.serial import SerialTurn, lead_ms
 from edge_rt.stages.asr.tokenizer import has_words
 
 __all__ = ["PeerReply", "PeerStack"]
@@ -135,13 +136,18 @@ class PeerStack:
         if text and route.mt_pair:
             text = self._stages.mt.translate(text, *route.mt_pair)
         t2 = time.perf_counter()
+        first = None
         if has_words(text):
             if target in self._piper:
-                next(iter(self._piper[target].synthesize(text)), None)
+                chunk = next(iter(self._piper[target].synthesize(text)), None)
+                first = None if chunk is None else (chunk.audio_float_array, chunk.sample_rate)
             else:  # espeak-ng, the formant voice the loop speaks this language with
-                next(iter(self._stages.tts.clauses(text, target)), None)
+                clause = next(iter(self._stages.tts.clauses(text, target)), None)
+                first = None if clause is None else (clause.samples, clause.sample_rate)
         t3 = time.perf_counter()
-        return SerialTurn(self.wait_ms, (t1 - t0) * 1000, (t2 - t1) * 1000, (t3 - t2) * 1000, text)
+        # timed to its first sound, as the loop is: it plays its first chunk's lead (SerialTurn.lead_ms)
+        return SerialTurn(self.wait_ms, (t1 - t0) * 1000, (t2 - t1) * 1000, (t3 - t2) * 1000, text,
+                          lead_ms=lead_ms(*first) if first is not None else 0.0)
 
     def reply(self, audio: np.ndarray, target: str) -> PeerReply:
         """``audio`` (float32 16 kHz, one stretch the stack's VAD cut) answered as a live stack from these packages

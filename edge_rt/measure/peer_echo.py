@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from edge_rt.audio.echo_path import EchoPath
+from edge_rt.loop.onset import first_sound
 from edge_rt.units import SAMPLE_RATE, VAD_FRAME
 
 __all__ = ["PeerEchoTurn", "own_voice_turns", "peer_echo_run", "peer_turn_ms"]
@@ -42,15 +43,18 @@ class PeerEchoTurn:
     start: int  # the stretch as its VAD padded it (``speech_pad_ms`` each side)
     end: int
     cut: int  # where the stretch was over (its last speech + the VAD's minimum silence)
-    played: int | None  # where its reply starts to sound (None: it said nothing, or only after the window)
+    # where its reply starts to sound: its first sample, then ``lead`` samples of near-silence (None: it said
+    # nothing, or only after the window)
+    played: int | None
     lang: str
     heard: str
     said: str
     own_voice: bool  # the stretch began after the clip's last speech: the stack heard itself
+    lead: int = 0  # its reply's samples before their first sound (over -60 dBFS, loop/onset.py), played as they come
 
     def as_dict(self) -> dict:
         d = asdict(self)
-        for k in ("start", "end", "cut", "played"):
+        for k in ("start", "end", "cut", "played", "lead"):
             d[k] = None if d[k] is None else round(d[k] / SAMPLE_RATE, 3)  # seconds
         return d
 
@@ -97,6 +101,7 @@ def peer_echo_run(peer, clip: np.ndarray, end: int, target: str, echo: EchoPath 
                 replies[key] = reply
         busy = max(cut, busy) + int(reply.compute_ms * SAMPLE_RATE / 1000)
         played: int | None = max(busy, playing)
+        lead = 0
         if len(reply.audio) and played < len(mic):
             playing = played + len(reply.audio)
             at = played + delay
@@ -105,10 +110,12 @@ def peer_echo_run(peer, clip: np.ndarray, end: int, target: str, echo: EchoPath 
                 mic[at: at + n] += np.float32(gain) * reply.audio[:n]
             else:  # muted from its first sample to its echo's last
                 mic[played: at + n] = 0.0
+            lead = first_sound(reply.audio)
         else:
             played = None
-        turns.append(PeerEchoTurn(start, stop, cut, played, reply.lang, reply.heard, reply.said,
-                                  own_voice=start + pad > last_speech + VAD_FRAME))
+        turns.append(PeerEchoTurn(start, stop, cut, None if played is None else played + lead, reply.lang,
+                                  reply.heard, reply.said, own_voice=start + pad > last_speech + VAD_FRAME,
+                                  lead=lead))
         pos = stop
     return turns
 

@@ -6,7 +6,10 @@ then one Whisper pass over the whole utterance (the smallest window that holds
 it, language detection choosing transcribe or translate as the loop does), the
 translation, and the first synthesized chunk (the first clause, as the loop
 speaks it). Same engines, same precision (INT8 where the pack kept it), same
-automatic gain. Its turn latency is the hangover plus that compute.
+automatic gain. Its turn latency is the hangover plus that compute plus the
+near-silence that chunk starts with: a pipeline that plays every sample makes
+its listener wait through it, where the loop starts at the first sound
+(loop/onset.py) and is timed to it.
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edge_rt.loop.onset import first_sound
 from edge_rt.loop.options import LoopOptions
 from edge_rt.loop.recognize import asr_task, level
 
-__all__ = ["SerialTurn", "serial_turn", "time_vad"]
+__all__ = ["SerialTurn", "lead_ms", "serial_turn", "time_vad"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,9 @@ class SerialTurn:
     text: str  # what is spoken ("" when nothing was recognised)
     heard: str = ""  # what Whisper wrote (the MT input)
     mt_pair: tuple[str, str] | None = None  # the MT step of the route, if any
+    # The first chunk's samples before its first sound (over -60 dBFS, loop/onset.py), played as they come: Piper
+    # starts a sentence with ~36 ms of near-silence at the median, espeak-ng with ~none.
+    lead_ms: float = 0.0
 
     @property
     def compute_ms(self) -> float:
@@ -40,7 +47,13 @@ class SerialTurn:
 
     @property
     def latency_ms(self) -> float:
-        return self.wait_ms + self.compute_ms
+        """End of speech -> the first sound of the reply: the wait, the compute and the first chunk's lead."""
+        return self.wait_ms + self.compute_ms + self.lead_ms
+
+
+def lead_ms(samples, rate: int) -> float:
+    """Milliseconds of ``samples`` (float, [-1, 1], at ``rate`` Hz) before their first sound (loop/onset.py)."""
+    return first_sound(samples) * 1000 / rate
 
 
 def serial_turn(stages, audio: np.ndarray, end: int, options: LoopOptions, settle_s: float = 0.0) -> SerialTurn:
@@ -64,11 +77,11 @@ def serial_turn(stages, audio: np.ndarray, end: int, options: LoopOptions, settl
     t2 = time.perf_counter()
     time.sleep(settle_s)
     t2b = time.perf_counter()
-    if any(c.isalnum() for c in text):
-        next(iter(stages.tts.clauses(text, target)), None)
+    first = next(iter(stages.tts.clauses(text, target)), None) if any(c.isalnum() for c in text) else None
     t3 = time.perf_counter()
     return SerialTurn(float(options.endpoint.hangover_ms), (t1 - t0) * 1000, (t2 - t1b) * 1000,
-                      (t3 - t2b) * 1000, text, source, tuple(pair) if pair else None)
+                      (t3 - t2b) * 1000, text, source, tuple(pair) if pair else None,
+                      lead_ms(first.samples, first.sample_rate) if first is not None else 0.0)
 
 
 def time_vad(vad, audio: np.ndarray) -> float:

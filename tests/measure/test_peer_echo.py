@@ -33,8 +33,12 @@ def test_the_package_stack_beside_a_loudspeaker_translates_its_own_voice(default
     assert first.lang == "fr" and "similar" in first.said.lower(), first  # "... in a similar way."
     # its reply sounds after the 2 s of silence its VAD needs (from its own VAD's last speech, which ends ~0.1 s
     # before the bench's oracle end on this clip), plus its compute
-    assert first.cut > LOUDSPEAKER_LEAD + end + 1.5 * SAMPLE_RATE and first.played > first.cut
+    assert first.cut > LOUDSPEAKER_LEAD + end + 1.5 * SAMPLE_RATE and first.played - first.lead > first.cut
     assert peer_turn_ms(headset, LOUDSPEAKER_LEAD, end) == (first.played - LOUDSPEAKER_LEAD - end) * 1000 / SAMPLE_RATE
+    # timed to its first sound, as the loop is: piper-tts's reply plays its lead of near-silence first
+    assert 0 < first.lead < 0.25 * SAMPLE_RATE, first
+    turn = peer.turn(clip, end, "fr", "en")  # bench --peer's headset turn
+    assert 0 < turn.lead_ms < 250 and turn.latency_ms == pytest.approx(turn.wait_ms + turn.compute_ms + turn.lead_ms)
     replies: dict = {}
     loud = peer_echo_run(peer, clip, end, "en", EchoPath(), LOUDSPEAKER_LEAD, 12.0, replies=replies)
     assert loud[0].said == first.said  # the clip itself is answered as with a headset (nothing played before it)
