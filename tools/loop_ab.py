@@ -11,6 +11,8 @@ audio decoded after its last speech frame) or
 ``noisy_preroll`` (LoopOptions: ``off`` or the dB below which an utterance opening out of noise starts further back),
 ``sound_start`` (LoopOptions: ``off``, ``on`` or the dB above the room's floor of a sound the pre-roll should not cut),
 ``onset`` (LoopOptions: ``off``, ``on`` or the dBFS under which the lead of a turn's first clause is not played),
+``source_mark`` (TurnOptions.source_mark_langs: ``off``, ``on`` or languages joined by ``+``, whose transcript's end
+mark may take a translation's place),
 ``repeat_words`` (LoopOptions: ``off`` or the words of a run written twice in a row that is said once) or
 ``lend_within_s`` (ContextOptions: ``off`` or the seconds within which a dropped utterance is lent to the next)
 or ``loudspeaker`` (``off``, ``frontend``, ``frontend+64``, ``on``: `run --loudspeaker` in parts; ``on+MS``: all of
@@ -34,7 +36,7 @@ and their paused versions with two settings).
 
     python tools/loop_ab.py [--vary complete_after_ms=64,256 | beam_size=1,5 | redecode=off,-0.5 | preroll_ms=192,320 | postroll_ms=0,64
                              | noisy_preroll=off,20 | sound_start=off,on | repeat_words=off,3 | lend_within_s=off,2
-                             | onset=off,on
+                             | onset=off,on | source_mark=off,on
                              | loudspeaker=off,frontend,frontend+64,on | loudspeaker=on+64,on | loudspeaker=off,on-tone,on | loudspeaker=off,on-pass,on
                              | loudspeaker=off,on-late,on
                              | loudspeaker=on@pause,on | barge_in=continue,resay | turn_calls=all,needed
@@ -106,6 +108,10 @@ KNOBS = {
     "held_postroll_ms": lambda v: {"held_postroll_ms": None if v == "off" else int(v)},
     # what someone talking over the translated speech does to it, with a headset (LoopOptions.barge_in)
     "barge_in": lambda v: {"barge_in": v},
+    # a translation whose end mark holds a pause judged on its transcript's mark in the speaker's language
+    # (TurnOptions.source_mark_langs): off, on (the defaults' languages) or languages joined by "+" (de+es)
+    "source_mark": lambda v: {"turn": dataclasses.replace(TurnOptions(), source_mark_langs=(
+        () if v == "off" else TurnOptions().source_mark_langs if v == "on" else tuple(v.split("+"))))},
     # the end-of-turn model's calls: "needed" (TurnPolicy.model_frames, the loop's) or "all" of model_at_ms (the
     # loop before 2026-12-06, which also ran it at 64 ms, where no decision that can end the pause reads it)
     "turn_calls": lambda v: {"_all_calls": _turn_calls(v)},

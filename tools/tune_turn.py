@@ -19,7 +19,8 @@ Per setting it prints: talk-over (spliced items whose utterance ended inside the
 split (items cut at any pause before the real end, natural pauses included), the end wait (audio ms
 from the end of speech to the end being declared; compute is not included) and the ready wait: the
 later of the declared end and the speculation's end (``speculate_after_ms`` + the wall-clock time the
-recording measured for the decode, translation and first clause at that pause), the earliest the
+recording measured for the decode, translation and first clause at that pause, and for the transcript in
+the speaker's own language where the policy asks for one: TurnOptions.source_mark_langs), the earliest the
 speech could start. Then the same for the defaults with each ``complete_after_ms``.
 
     python tools/tune_turn.py --pack default --precision int8 --half tune [--cache /tmp/turn_tune.json] [--postroll-ms 64]
@@ -66,6 +67,11 @@ class Pause:
     # Wall-clock ms the speculation at this pause took (decode, translation, first clause): the end's
     # speech cannot start sooner than speculate_after_ms + this, whatever the policy decides.
     spec_ms: float | None = None
+    # On a translate route: the speaker's language and Whisper's end mark of a transcript in it, of the same audio
+    # (TurnOptions.source_mark_langs; recorded at every such speculation, used where the policy asks for it).
+    source_lang: str = ""
+    source_mark: float | None = None
+    source_ms: float | None = None  # wall-clock ms that transcript took (after the speculation)
 
 
 @dataclass
@@ -93,6 +99,15 @@ class RecordingPolicy(TurnPolicy):
     def note_text(self, text: str, lang: str, end_mark_prob: float = float("nan")) -> None:
         self.log[-1].text, self.log[-1].lang = text, lang
         self.log[-1].mark = None if end_mark_prob != end_mark_prob else float(end_mark_prob)
+
+    def wants_source_mark(self, lang: str) -> bool:
+        self.log[-1].source_lang = lang
+        self._t_source = time.perf_counter()
+        return lang in self.options.source_mark_langs  # at every speculation, not only where the mark holds
+
+    def note_source_mark(self, end_mark_prob: float) -> None:
+        self.log[-1].source_mark = None if end_mark_prob != end_mark_prob else float(end_mark_prob)
+        self.log[-1].source_ms = (time.perf_counter() - self._t_source) * 1000
 
     def note_turn(self, p_complete: float) -> None:
         self.log[-1].p[self.loop.endpointer.silence_frames * VAD_FRAME_MS] = float(p_complete)
@@ -134,7 +149,7 @@ def record(stages, items: list[Item], hold_ms: int, postroll_ms: int = 0) -> lis
         # The evidence and the speculation's time (decode, translation, first clause, as the live loop does
         # it at a pause); no final decode (2 cores: the recording is the cost).
         loop._maybe_speculate = _timed(loop, loop._maybe_speculate, log)
-        loop._finalize = lambda tr, speculation=None: loop._close(tr)
+        loop._finalize = lambda tr, *evidence: loop._close(tr)
         loop.run()
         print(f"  recorded {it.id}: {sum(p.item == it.id for p in log)} pauses", file=sys.stderr)
     return log
@@ -179,8 +194,9 @@ def simulate(options: TurnOptions | None, items: list[Item], log: list[Pause], u
             if ended is not None:
                 waits.append(ended[0] * VAD_FRAME_MS)
                 complete += ended[1] == "complete"
-                # The speech can start once the end is declared AND the work done at the pause is ready.
-                spec = speculate_frames * VAD_FRAME_MS + (pause.spec_ms or 0.0)
+                # The speech can start once the end is declared AND the work done at the pause is ready (with the
+                # transcript in the speaker's language where the policy asked for one).
+                spec = speculate_frames * VAD_FRAME_MS + (pause.spec_ms or 0.0) + (ended[2] and pause.source_ms or 0.0)
                 ready.append(max(ended[0] * VAD_FRAME_MS, spec))
             continue
         if pause.frames is None:  # the recording itself ended here (a pause longer than the hold)
@@ -201,21 +217,26 @@ def simulate(options: TurnOptions | None, items: list[Item], log: list[Pause], u
 
 
 def _end_frame(policy, pause: Pause, use_model: bool, hangover_ms: int, speculate_frames: int):
-    """(frame, reason) at which ``pause`` ends the utterance, or None if speech resumes first."""
+    """(frame, reason, whether a transcript in the speaker's language was asked for) at which ``pause`` ends the
+    utterance, or None if speech resumes first."""
     limit = pause.frames if pause.frames is not None else 10_000
     if policy is None:
         f = -(-hangover_ms // VAD_FRAME_MS)
-        return (f, "hangover") if f <= limit else None
+        return (f, "hangover", False) if f <= limit else None
     policy.pause_started()
+    asked = False
     for f in range(1, limit + 1):
         if f == speculate_frames and pause.text is not None:
             policy.note_text(pause.text, pause.lang, float("nan") if pause.mark is None else pause.mark)
+            if pause.source_lang and policy.wants_source_mark(pause.source_lang):
+                asked = True
+                policy.note_source_mark(float("nan") if pause.source_mark is None else pause.source_mark)
         ms = f * VAD_FRAME_MS
         if use_model and f in policy.model_frames and ms in pause.p:  # the calls the loop makes (model_frames)
             policy.note_turn(pause.p[ms])
         d = policy.decide()
         if f >= pause_frames(d.end_at_ms):
-            return f, d.end_reason
+            return f, d.end_reason, asked
     return None
 
 
@@ -223,7 +244,8 @@ def grid() -> list[tuple[str, TurnOptions | None, bool]]:
     base = TurnOptions()
     out: list[tuple[str, TurnOptions | None, bool]] = [
         ("plain hangover 288 ms (turn=None)", None, False), ("the defaults, TurnOptions()", base, True),
-        ("the defaults without the turn model", base, False)]
+        ("the defaults without the turn model", base, False),
+        ("the defaults, a translation's mark alone (source_mark_langs=())", replace(base, source_mark_langs=()), True)]
     # The earlier grids search without Whisper's end mark and the empty-speculation rule (their names
     # say only what they vary); the last two add them.
     plain = replace(base, mark_complete=None, mark_incomplete=None, empty_holds=False)
@@ -295,7 +317,7 @@ def main(argv=None) -> int:
         if cache is not None:
             cache.write_text(json.dumps([asdict(p) for p in log]))
     rows = [(name, simulate(o, items, log, model, carry=args.carry)) for name, o, model in grid()]
-    fixed, tuned = rows[:3], rows[3:]
+    fixed, tuned = rows[:4], rows[4:]
     count = lambda r, k: int(r[1][k].split("/")[0])  # noqa: E731
     # The Pareto front over (talk-over, split, mean wait): no other setting is at least as good on all three.
     front = [r for r in tuned if not any(

@@ -41,7 +41,7 @@ from edge_rt.loop.output import SpeechQueue
 from edge_rt.loop.overload import OverloadStats
 from edge_rt.loop.context import Context
 from edge_rt.loop.catchup import speaking_rate
-from edge_rt.loop.pause_watch import PauseWatch, speech_level
+from edge_rt.loop.pause_watch import PauseWatch, ResumeWatch, speech_level
 from edge_rt.loop.phrase_cache import PhraseCache
 from edge_rt.loop.preroll import noisy_start, sound_start
 from edge_rt.loop.repeats import said_once
@@ -76,6 +76,9 @@ class _Utterance:
     spec_ms: float = 0.0  # wall-clock ms the latest speculation took (its decode, translation and first clause)
     # barge_in "resay": what the translation this one talked over and holds covers; None: none, or another policy
     resay: "_Said | None" = None
+    # (speech end sample, text): the utterance up to that pause transcribed in its own language, because its
+    # translation's end mark held the pause (TurnOptions.source_mark_langs); the source caption if that pause ends it
+    source: tuple[int, str] | None = None
 
 
 class _Said(NamedTuple):
@@ -144,6 +147,11 @@ class Loop:
                                         options.partial_stop_db)
                              if options.partials and options.partial_stop_db is not None else None)
         self.partials_stopped = 0
+        # The transcript made in a pause for its end mark (_source_mark) is abandoned once the speaker resumes
+        # (pause_watch.ResumeWatch: the newest 96 ms 10 dB over the pause so far; not tuned: a wrong stop costs only
+        # that transcript's verdict, the translation's mark then holds the pause as before).
+        self._resume_watch = ResumeWatch(source.ring, 96 * SAMPLE_RATE // 1000, 10.0)
+        self.source_marks_stopped = 0
         self.heard_kept = 0  # utterances whose end decode gave no words, spoken from an earlier pause's words
         # The text that is translated: decoded with a beam when asked (partials stay greedy); the same engines.
         self._final_asr = stages.asr
@@ -300,7 +308,9 @@ class Loop:
             self._release(utt.resay, False)
             return
         try:
-            self._finalize(tr, utt.speculation, utt.heard, utt.resay)
+            tr.source_mark = (tr.end_reason == "complete" and self.turn_policy is not None
+                              and self.turn_policy.source_mark_used)
+            self._finalize(tr, utt.speculation, utt.heard, utt.resay, utt.source)
         except EdgeRtError as e:  # a bad request: the loop goes on, the utterance is reported
             tr.dropped = str(e)
             self.errors.append(str(e))
@@ -354,6 +364,8 @@ class Loop:
         if spoken and hyp is not None and hyp.end == self.endpointer.speech_end_sample:
             policy.note_text(hyp.text or hyp.translation, hyp.lang if hyp.text else self.options.target,
                              hyp.end_mark_prob)
+            if hyp.source_pending and policy.wants_source_mark(hyp.lang):
+                self._source_mark(utt, hyp, policy)
         turn = getattr(self.stages, "turn", None)
         if turn is not None and silence in policy.model_frames:
             try:
@@ -397,6 +409,29 @@ class Loop:
         if _has_words(hyp):
             utt.heard = utt.speculation
         return True
+
+    def _source_mark(self, utt: _Utterance, hyp: Hypothesis, policy: TurnPolicy) -> None:
+        """The utterance up to this pause transcribed in its own language, where its translation's end mark alone
+        would hold the pause (TurnPolicy.wants_source_mark): the transcript's end mark goes to the policy, and its
+        text is kept as the source caption in case this pause ends the utterance (the audio the caption decodes)."""
+        lag = self._capture_lag_s()
+        if self.options.overload.skip_optional(lag):
+            self.overload.speculations_skipped += 1
+            return
+        start, now = utt.trace.start_sample, self.history.end
+        pause = self._heard(hyp.end, now)
+        stop = self._resume_watch.arm(float(np.sqrt(np.mean(np.square(pause)))) if len(pause) else 0.0, now)
+        try:
+            r = self.stages.asr.transcribe(self._level(self._heard(start, hyp.end)), stop=stop,
+                                           **self._context.at(start).transcribe_kwargs(hyp.lang))
+        except DecodeStopped:  # the speaker went on: the translation's mark stands (and the pause goes on)
+            self.source_marks_stopped += 1
+            return
+        except Exception as e:  # noqa: BLE001 - evidence only: the translation's mark stands
+            self._speculation_failed(e, utt.trace.utterance, "decode")
+            return
+        utt.source = (hyp.end, said_once(r.text.strip(), hyp.lang, self.options.repeat_words))
+        policy.note_source_mark(r.end_mark_prob)
 
     def _redecode_held(self, end_at_ms: int) -> None:
         """A pause the speculation's evidence holds open (TurnPolicy.settled_hold) until ``end_at_ms``: once, the
@@ -528,7 +563,8 @@ class Loop:
         return level(audio, self.options)
 
     def _finalize(self, tr: UtteranceTrace, speculation: Hypothesis | None = None,
-                  heard: Hypothesis | None = None, resay: _Said | None = None) -> None:
+                  heard: Hypothesis | None = None, resay: _Said | None = None,
+                  source: tuple[int, str] | None = None) -> None:
         tail = self._postroll(tr.end_sample, tr.end_reason)
         if speculation is not None and speculation.end == tr.end_sample and (
                 speculation.tail == tail or (speculation.held and tr.end_reason != "max_length")):
@@ -586,16 +622,22 @@ class Loop:
         while self._output_backlog_s() < self.options.speech_lead_s and self._next_clause():
             pass
         if hyp.source_pending:  # the translation is on its way: now the source-language caption
-            self._transcribe_source(tr, hyp.tail if hyp.held else 0)
+            # transcribed already at the pause that became the end (_source_mark), from the same audio
+            known = source[1] if (source is not None and hyp is speculation and not hyp.held
+                                  and source[0] == tr.end_sample) else None
+            self._transcribe_source(tr, hyp.tail if hyp.held else 0, known)
 
-    def _transcribe_source(self, tr: UtteranceTrace, tail: int = 0) -> None:
+    def _transcribe_source(self, tr: UtteranceTrace, tail: int = 0, known: str | None = None) -> None:
         """The source-language caption of a translate route's utterance; ``tail``: the samples after its end that
-        its translation heard (a held pause's second decode), so the caption hears the same word endings."""
-        audio = self._level(self._heard(tr.start_sample, tr.end_sample + tail))
+        its translation heard (a held pause's second decode), so the caption hears the same word endings; ``known``:
+        that caption, transcribed already (at the pause that became the end)."""
+        audio = self._level(self._heard(tr.start_sample, tr.end_sample + tail)) if known is None else None
         try:
-            text = self.stages.asr.transcribe(
-                audio, **self._context.at(tr.start_sample).transcribe_kwargs(tr.lang)).text.strip()
-            tr.text = said_once(text, tr.lang, self.options.repeat_words)  # as recognize() says the translated text
+            if known is None:
+                text = self.stages.asr.transcribe(
+                    audio, **self._context.at(tr.start_sample).transcribe_kwargs(tr.lang)).text.strip()
+                known = said_once(text, tr.lang, self.options.repeat_words)  # as recognize() says the translated text
+            tr.text = known
             self._context.remember(tr.end_sample, tr.lang, tr.text, tr.start_sample)
         except Exception as e:  # noqa: BLE001 - a caption only: the translation is already spoken
             self.errors.append(f"utterance {tr.utterance} source caption: {type(e).__name__}: {e}")

@@ -29,7 +29,7 @@ from edge_rt.audio.ring import Ring
 from edge_rt.stages.gain import frame_rms
 from edge_rt.units import VAD_FRAME
 
-__all__ = ["PauseWatch", "speech_level"]
+__all__ = ["PauseWatch", "ResumeWatch", "speech_level"]
 
 
 def speech_level(audio: np.ndarray, quantile: float = 0.9) -> float:
@@ -69,3 +69,24 @@ class PauseWatch:
     def quiet(self, window: np.ndarray) -> bool:
         """Is ``window`` (float32 samples) below the armed level?"""
         return float(np.sqrt(np.dot(window, window) / max(len(window), 1))) < self._limit
+
+
+class ResumeWatch(PauseWatch):
+    """The other way round, for work done *in* a pause (the loop's transcript for a held pause's end mark,
+    TurnOptions.source_mark_langs): True once the newest ``window`` samples captured after :meth:`arm` stand
+    ``drop_db`` above the pause's own level: the speaker has resumed, and the work is for nothing. Measured against
+    the pause, not the speech, so it also works in steady noise. A wrong "resumed" costs what the work would have
+    given; a missed one, the rest of that work."""
+
+    def arm(self, level: float, captured: int) -> "ResumeWatch":
+        """Watch for sound ``drop_db`` above ``level`` (the pause's RMS so far; -80 dBFS at least, so that
+        digital silence has a level to rise from) in audio captured from sample ``captured`` on."""
+        self._limit = max(level, 1e-4) / self._factor
+        self._after = captured
+        return self
+
+    def __call__(self) -> bool:
+        ring, buf = self._ring, self._buf
+        if ring.written - self._after < len(buf):
+            return False  # not a whole window of new audio yet
+        return ring.peek_newest(buf) == len(buf) and not self.quiet(buf)

@@ -45,6 +45,9 @@ class UtteranceTrace:
     lent: bool = False  # its words start in the utterance the unsure gate dropped before it (ContextOptions.lend_within_s)
     resaid: bool = False  # its translation is the whole sentence's, with the one it talked over (barge_in "resay")
     held_tail: bool = False  # its words are the held pause's second decode, with its tail (LoopOptions.held_postroll_ms)
+    # it ended at a pause judged on its transcript's end mark in its own language, not its translation's
+    # (TurnOptions.source_mark_langs)
+    source_mark: bool = False
     t_ns: dict[str, int] = field(default_factory=dict)
 
     def stamp(self, event: str, t_ns: int) -> None:

@@ -11,7 +11,9 @@ a pause:
 * the speculative transcript: a trailing comma, ellipsis or a word that cannot end a sentence
   ("and", "the", "because", ...) says incomplete; a sentence-final mark says little on its own
   (Whisper ends almost every fragment with a period), but Whisper's probability of that mark
-  (``AsrResult.end_mark_prob``) does: low after a fragment, high after a finished sentence; an
+  (``AsrResult.end_mark_prob``) does: low after a fragment, high after a finished sentence; on a
+  translate route it is the *translation's* mark, so where that alone holds the pause, a transcript
+  of the same audio in the speaker's own language may replace it (``source_mark_langs``); an
   empty speculation (speech heard, no words yet) says incomplete;
 * the speaker's own pauses: the running mean and deviation of the pauses inside utterances
   (those followed by more speech); ``mean + alpha * deviation`` stretches the fallback hangover
@@ -157,6 +159,20 @@ class TurnOptions:
     # word boundary the separation is wider (0.51-0.96 vs 0.008-0.14, tests/stages/asr).
     mark_complete: float | None = 0.8
     mark_incomplete: float | None = 0.5
+    # On a translate route (Whisper writes English for speech in another language) that mark is the translation's,
+    # and Whisper often marks a finished sentence's translation low: on the tuning half's German, Spanish and French
+    # items 4 of 4 real ends it held scored 0.81-0.98 in a transcript of the same audio in its own language. So where
+    # the translation's mark alone holds a pause (below mark_incomplete) in one of these languages, the loop
+    # transcribes the utterance so far in that language (TurnPolicy.wants_source_mark), and a transcript's mark at or
+    # above mark_complete takes the translation's place (note_source_mark); a less sure one leaves the hold. Chosen on
+    # tools/tune_turn.py's tuning half (a one-off recording of its non-English items with a transcript at every
+    # speculation: any transcript's mark in the translation's place cut 20 of 69 natural pauses, a sure one 17, at 0.85
+    # 16, against 15 without; the ends' mean wait 333, 333, 371 against 486 ms). Replayed by the tool (2026-12-07, all
+    # items): tuning half talk-over 3/15 either way, natural pauses cut 17 -> 19 of 83, wait after the real end mean
+    # 468 -> 369 ms, ready mean 549 -> 487 ms; held-out half 7/17 and 9/67 either way, mean 399 -> 380 ms, ready 477 ->
+    # 469 ms (its Spanish ends' transcripts 0.60-0.74: still held). Chinese is left out: Whisper's Chinese transcripts
+    # seldom end in a mark (0.01-0.12 at its real ends there). Empty: never.
+    source_mark_langs: tuple[str, ...] = ("de", "es", "fr")
     # The speculation heard nothing (the unsure gate or Whisper gave no text) though the VAD heard
     # speech: ending here would speak nothing and leave what follows as a sentence without its start,
     # so hold (the first half of "The cabbage juice changes color ... depending on" came back empty).
@@ -188,6 +204,9 @@ class TurnOptions:
             v = getattr(self, name)
             if v is not None and not 0.0 <= v <= 1.0:
                 raise ValueError(f"{name} must be a probability or None, got {v}")
+        if isinstance(self.source_mark_langs, str) or any(not isinstance(x, str) or not x
+                                                          for x in self.source_mark_langs):
+            raise ValueError(f"source_mark_langs must be language codes, got {self.source_mark_langs!r}")
         if (self.mark_complete is not None and self.mark_incomplete is not None
                 and self.mark_incomplete > self.mark_complete):
             raise ValueError(f"need mark_incomplete <= mark_complete, got {self.mark_incomplete} and {self.mark_complete}")
@@ -264,6 +283,8 @@ class TurnPolicy:
         self.mark: float | None = None
         self._words = 0
         self._spoken = False
+        self._source_noted = False  # a transcript's mark was asked for (wants_source_mark) and given
+        self._source_mark = False  # ... and it took the place of the translation's
 
     def note_text(self, text: str, lang: str, end_mark_prob: float = float("nan")) -> None:
         """The speculative transcript of the utterance up to this pause, and Whisper's probability
@@ -272,6 +293,30 @@ class TurnPolicy:
         self._words = len(text.split())
         self._spoken = True  # a speculation ran (its text may be empty)
         self.mark = None if math.isnan(end_mark_prob) else float(end_mark_prob)
+        self._source_noted = self._source_mark = False
+
+    def wants_source_mark(self, lang: str) -> bool:
+        """Whether a transcript of the utterance in ``lang``, its own language, could end this pause sooner: the
+        speculation was a translation (``note_text`` was given its text) whose end mark alone holds the pause, and
+        ``lang`` is one of ``source_mark_langs``."""
+        o = self.options
+        return (lang in o.source_mark_langs and o.mark_complete is not None and not self._source_noted
+                and self._held_by_mark())
+
+    def note_source_mark(self, end_mark_prob: float) -> None:
+        """Whisper's probability of a sentence-final mark where a transcript of the utterance so far, in its own
+        language, ends (see ``wants_source_mark``): at or above ``mark_complete`` it takes the place of the
+        translation's mark; below, the translation's stands."""
+        self._source_noted = True
+        o = self.options
+        if not math.isnan(end_mark_prob) and o.mark_complete is not None and end_mark_prob >= o.mark_complete:
+            self.mark = float(end_mark_prob)
+            self._source_mark = True
+
+    @property
+    def source_mark_used(self) -> bool:
+        """Whether this pause's end mark is a transcript's in the speaker's own language (note_source_mark)."""
+        return self._source_mark
 
     def note_turn(self, p_complete: float) -> None:
         """The end-of-turn model's latest probability that the turn is complete."""
@@ -300,6 +345,14 @@ class TurnPolicy:
         return int(min(o.max_pause_ms, max(self.hangover_ms, adaptive)))
 
     # -- decision ------------------------------------------------------------------
+    def _held_by_mark(self) -> bool:
+        """The end mark alone holds this pause: below ``mark_incomplete``, with enough words, and no other rule
+        holds it."""
+        o = self.options
+        return (self.mark is not None and o.mark_incomplete is not None and self.mark < o.mark_incomplete
+                and self._words >= o.min_words and self.text.verdict != "incomplete"
+                and not (o.unmarked_holds and self.text.verdict == "unknown"))
+
     @property
     def settled_hold(self) -> bool:
         """Whether the speculation's evidence (its text, Whisper's end mark, or no words at all) holds this pause to
@@ -319,7 +372,8 @@ class TurnPolicy:
         text = self.text
         enough = self._words >= o.min_words
         m = self.mark
-        why = (f"p={p:.2f}, " if p is not None else "") + (f"mark={m:.2f}, " if m is not None else "") + text.why
+        why = ((f"p={p:.2f}, " if p is not None else "") + (f"mark={m:.2f}, " if m is not None else "")
+               + ("in its own language, " if self._source_mark else "") + text.why)
         if self.settled_hold or (p is not None and p < o.incomplete_probability):
             return Decision("incomplete", o.max_pause_ms, why)
         if m is not None and o.mark_complete is not None and m >= o.mark_complete and enough:

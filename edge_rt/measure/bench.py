@@ -632,7 +632,9 @@ def bench(options: BenchOptions, log=lambda m: None) -> dict:
                  # utterances whose words came from their pieces after a sparse decode (LoopOptions.split; None: off)
                  "split": sum(t.split for r in results for t in r.traces) if options.split else None,
                  # utterances said from a held pause's second decode, with its tail (LoopOptions.held_postroll_ms)
-                 "held_tail": sum(t.held_tail for r in results for t in r.traces)},
+                 "held_tail": sum(t.held_tail for r in results for t in r.traces),
+                 # utterances ended on their transcript's end mark in their own language (TurnOptions.source_mark_langs)
+                 "source_mark": sum(t.source_mark for r in results for t in r.traces)},
         "slowdown": options.slowdown or None,
         "oracle": (f"end of the last speech region of Silero over the whole clip (frames at p >= {_ORACLE.threshold}, "
                    f"gaps under {_ORACLE.min_silence_ms} ms closed, regions under {_ORACLE.min_speech_ms} ms dropped)"),

@@ -403,7 +403,7 @@ def test_a_barge_in_with_no_word_in_it_makes_the_echo_canceller_wait_again(stage
         calls = []
         loop._frontend.reconverge = lambda: calls.append("reconverge")
 
-        def finalize(tr, speculation, earlier, resay=None, said=heard):  # what the decode of their utterance gave
+        def finalize(tr, speculation, earlier, resay=None, source=None, said=heard):  # what the decode of their utterance gave
             tr.text = tr.translation = said
 
         loop._finalize = finalize
@@ -505,6 +505,40 @@ def test_translated_speech_is_played_from_where_it_sounds_and_its_turn_timed_the
     sound = int(np.flatnonzero(np.abs(played) > 1e-3)[0])
     assert sound == round(0.005 * 22050) if onset is not None else sound > 0.015 * 22050, sound
     assert tr.t_ns["first_output"] == 10**9 + sound * 10**9 // 22050, (tr.translation, sound)
+
+
+@pytest.mark.slow
+def test_a_translated_sentence_is_judged_on_its_transcript_s_end_mark(product_stages, speech_dir):
+    """German into English (Whisper translates): de_fleurs_test_003's translation ends on a mark Whisper gives 0.26,
+    which holds the pause to max_pause_ms; its German transcript's mark is 0.86, which ends it as complete
+    (TurnOptions.source_mark_langs). The same words either way, and the German caption is that transcript, not a
+    second decode of the same audio."""
+    audio = read_audio(speech_dir / "de_fleurs_test_003.wav")
+    runs = {}
+    for langs in (("de", "es", "fr"), ()):
+        source = FastFileSource(audio)
+        sink = TimelineSink(22050, now_s=lambda: source.ring.read_index / 16000)
+        loop = Loop(product_stages, source, sink, LoopOptions(target="en", turn=TurnOptions(source_mark_langs=langs)))
+        calls, caption = [], loop._transcribe_source
+        loop._transcribe_source = lambda tr, tail=0, known=None: calls.append(known) or caption(tr, tail, known)
+        ends, on_event = [], loop._on_event
+
+        def spy(event, ends=ends, on_event=on_event, source=source):
+            if event.kind == "end":
+                ends.append(source.ring.read_index - event.sample)
+            on_event(event)
+
+        loop._on_event = spy
+        runs[langs] = (loop.run(), ends, calls)
+    (on, on_ends, on_calls), (off, off_ends, off_calls) = runs.values()
+    assert len(on) == len(off) == 1 and on[0].lang == "de", [(t.lang, t.text) for t in on + off]
+    assert (on[0].end_reason, on[0].source_mark) == ("complete", True), on[0]
+    assert (off[0].end_reason, off[0].source_mark) == ("max_pause", False), off[0]
+    # ended at complete_after_ms of pause, not held to max_pause_ms (capture samples read when the end was declared)
+    assert on_ends[0] < 600 * 16 < 1000 * 16 < off_ends[0], (on_ends, off_ends)
+    assert on[0].text == off[0].text and on[0].translation == off[0].translation and on[0].speculative
+    # the German caption: the transcript made at the pause for its mark (not decoded again); without the rule, decoded
+    assert on_calls == [on[0].text] and off_calls == [None], (on_calls, off_calls)
 
 
 @pytest.mark.slow

@@ -168,3 +168,30 @@ def test_a_partial_running_into_a_pause_is_stopped_and_loses_nothing(tiny_pack, 
     falls = [(f + 1) * VAD_FRAME for f in range(1, len(p)) if p[f] < 0.5 <= p[f - 1]]
     at_pauses = [a for a in at if any(-4 * VAD_FRAME <= a - e <= SAMPLE_RATE // 2 for e in falls)]
     assert at_pauses, (at, falls)
+
+
+@pytest.mark.parametrize("noisy", [False, True])
+def test_the_resume_watch_hears_speech_come_back_over_the_pause_quiet_or_noisy(speech, noisy):
+    """ResumeWatch (the loop's transcript made in a held pause): the clip's own room tone after a pause keeps it
+    quiet, its loudest words fire it; in pink noise at 10 dB, measured against the noisy pause, too."""
+    from edge_rt.loop.pause_watch import ResumeWatch
+
+    audio = speech
+    if noisy:
+        noise = make_noise("pink", _rng(0, CLIP, "pink"), len(speech), [], (3, 4)).astype(np.float32)
+        audio = mix_at_snr(speech, noise, 10.0)[0].astype(np.float32)
+    room, word = _window(audio, 2 * WINDOW), _window(audio, WINDOW, pick=np.argmax)
+    ring = Ring(1 << 17)
+    ring.write(audio[: 2 * SAMPLE_RATE])
+    pause = room[:WINDOW]  # the pause so far, as the loop slices it
+    watch = ResumeWatch(ring, WINDOW, 10.0).arm(float(np.sqrt(np.mean(np.square(pause)))), ring.written)
+    assert not watch()  # nothing new captured yet
+    ring.write(room[WINDOW:])
+    assert not watch()  # more of the same pause
+    ring.write(word)
+    assert watch()  # the speaker goes on
+    digital = ResumeWatch(ring, WINDOW, 10.0).arm(0.0, ring.written)  # a pause of exact zeros: -80 dBFS to rise from
+    ring.write(np.zeros(WINDOW, np.float32))
+    assert not digital()
+    ring.write(word)
+    assert digital()

@@ -186,6 +186,50 @@ def test_the_end_mark_is_forgotten_at_a_new_pause_and_unused_by_default():
     assert q.decide().reason == "hangover"
 
 
+def test_a_translation_held_by_its_mark_asks_for_a_transcript_whose_sure_mark_ends_it():
+    """German into English: Whisper marks the translation's end low (de_fleurs_test_001's real end: 0.28), its
+    transcript's in German high (0.96): that one takes the translation's place."""
+    p = policy(max_pause_ms=1024, complete_after_ms=256)  # the defaults' marks: 0.8 / 0.5, German, Spanish, French
+    p.note_text("The T-Rex who didn't grow.", "en", 0.28)
+    assert p.decide().reason == "incomplete" and p.wants_source_mark("de")
+    assert not p.wants_source_mark("zh")  # Chinese transcripts seldom end in a mark: not asked for
+    p.note_source_mark(0.96)
+    d = p.decide()
+    assert (d.reason, d.end_at_ms) == ("complete", 256) and "mark=0.96, in its own language" in d.why
+    assert p.source_mark_used and not p.wants_source_mark("de")  # asked once per speculation
+    p.pause_started()  # a new pause forgets it
+    assert not p.source_mark_used and p.mark is None
+
+
+def test_an_unsure_transcript_leaves_the_translation_s_hold_and_other_holds_never_ask():
+    p = policy(max_pause_ms=1024)
+    p.note_text("The use of blocks is required.", "en", 0.39)
+    assert p.wants_source_mark("es")
+    p.note_source_mark(0.07)  # es_fleurs_test_001's spliced hesitation: "el uso de cuadro de los blocks"
+    assert p.decide().reason == "incomplete" and not p.source_mark_used and not p.wants_source_mark("es")
+    p.note_source_mark(float("nan"))
+    assert p.decide().reason == "incomplete"
+    for text, mark in (("The use of blocks and", 0.3),  # a trailing "and" holds whatever the marks say
+                       ("Blocks.", 0.3),  # one word: the mark is not read
+                       ("The use of blocks is required.", 0.6),  # not held by the mark
+                       ("The use of blocks is required.", float("nan"))):
+        p.note_text(text, "en", mark)
+        assert not p.wants_source_mark("es"), text
+    q = policy(source_mark_langs=())
+    q.note_text("The T-Rex who didn't grow.", "en", 0.28)
+    assert not q.wants_source_mark("de")
+    r = policy(mark_complete=None)
+    r.note_text("The T-Rex who didn't grow.", "en", 0.28)
+    assert not r.wants_source_mark("de")  # no mark would end the pause
+
+
+@pytest.mark.parametrize("kw", [dict(source_mark_langs=("de", "")), dict(source_mark_langs=(None,)),
+                                dict(source_mark_langs="de")])
+def test_bad_source_mark_languages_are_named(kw):
+    with pytest.raises(ValueError, match="source_mark_langs"):
+        TurnOptions(**kw)
+
+
 @pytest.mark.parametrize("kw", [dict(mark_complete=1.5), dict(mark_incomplete=-0.1),
                                 dict(mark_complete=0.5, mark_incomplete=0.8)])
 def test_bad_end_mark_options_are_named(kw):
