@@ -403,7 +403,7 @@ def test_a_barge_in_with_no_word_in_it_makes_the_echo_canceller_wait_again(stage
         calls = []
         loop._frontend.reconverge = lambda: calls.append("reconverge")
 
-        def finalize(tr, speculation, earlier, resay=None, source=None, said=heard):  # what the decode of their utterance gave
+        def finalize(tr, speculation, earlier, resay=None, source=None, said=heard):  # what their decode gave
             tr.text = tr.translation = said
 
         loop._finalize = finalize
